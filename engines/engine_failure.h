@@ -1,0 +1,71 @@
+// The one typed failure record of an engine leg.
+//
+// The engine adapter classifies every way a leg can fail exactly once, into
+// this record; the attempt loop (retry decisions), the breaker (evidence), the
+// journal and the metrics all read it, and the front doors map `status` through
+// the one status table. Nothing else re-derives a classification.
+#ifndef NARWHAL_ENGINES_ENGINE_FAILURE_H_
+#define NARWHAL_ENGINES_ENGINE_FAILURE_H_
+
+#include <string>
+#include <string_view>
+
+namespace narwhal::engines {
+
+enum class Phase { kPrefill, kDecode };
+std::string_view PhaseName(Phase phase);  // "prefill" / "decode"
+
+// Breaker evidence class (reference behaviour §8). kNone = not evidence
+// against any engine (client 4xx, cancellation, the request's own deadline).
+enum class BreakerClass {
+  kNone,
+  kConnection,       // connect refused / connect timeout -> eject
+  kTimeout,          // transport timeout, connection dropped after send -> health probe
+  kOverload,         // HTTP 408/429, first-token deadline with metadata flowing -> health probe
+  kInferenceStatus,  // other HTTP 5xx, 5xx error object in a 200 stream -> inference hold
+  kKvHandoff,        // unreadable or invalid KV handoff (counts against the producer)
+  kStream,           // silent first token, mid-stream silence, invalid termination
+  kLiveness,         // failed idle health sweeps (recorded by the fleet monitor)
+};
+inline constexpr int kBreakerClassCount = 8;
+std::string_view BreakerClassName(BreakerClass c);  // "connection", ...; kNone -> "none"
+
+// Journal `reason` of a failure (SPEC §9, reference §12).
+enum class FailureReason {
+  kEngineUnreachable,  // connect refused or timed out
+  kEngineConnection,   // an established connection broke before a response
+  kEngineTimeout,      // engine 504, prefill timeout, first-token or between-token timeout
+  kEngineOverloaded,   // engine 408/429
+  kEngineRejected,     // engine 4xx other than 408/429 (e.g. prompt too long)
+  kEngineError,        // other status, error object, invalid stream termination
+  kInvalidResponse,    // unreadable descriptor, invalid continuation, unassemblable body
+  kDeadline,           // the original request's deadline passed
+  kCancelled,          // the client went away (B19)
+};
+std::string_view FailureReasonName(FailureReason r);  // "engine_unreachable", ...
+
+struct EngineFailure {
+  Phase phase = Phase::kPrefill;
+  FailureReason reason = FailureReason::kEngineError;
+  BreakerClass breaker_class = BreakerClass::kNone;
+  // Which engine the breaker evidence counts against: the leg's engine, or
+  // for an invalid continuation (B3) the producer that issued the descriptor.
+  std::string evidence_iid;
+  // The leg's engine (where the failure was observed).
+  std::string iid;
+  // HTTP status to report (B10/B11): 504 timeout-shaped, 502 other engine
+  // faults, the error object's code, or the engine's own 4xx.
+  int status = 502;
+  // The engine's HTTP status when it answered with one, else 0.
+  int engine_status = 0;
+  // Detail text; begins with the exact strings of SPEC §5 where one applies.
+  std::string detail;
+  // Transient per B14: a fresh attempt may help.
+  bool transient = false;
+
+  bool timeout_shaped() const { return status == 504; }
+};
+
+}  // namespace narwhal::engines
+
+#endif  // NARWHAL_ENGINES_ENGINE_FAILURE_H_

@@ -1,0 +1,53 @@
+// PrefillResult (B2, B6): the backend-owned KV handoff descriptor bound to the
+// producer that issued it.
+//
+// Immutable once built. EngineClient::Prefill() returns it and it is passed
+// unchanged to EngineClient::Decode(); parameters() hands out a detached copy,
+// so inspecting or editing that copy never changes what decode sends.
+#ifndef NARWHAL_ENGINES_PREFILL_RESULT_H_
+#define NARWHAL_ENGINES_PREFILL_RESULT_H_
+
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "engines/api.h"
+
+namespace narwhal::engines {
+
+class PrefillResult {
+ public:
+  PrefillResult(std::string producer_iid, std::string producer_url, Api endpoint,
+                std::string backend_request_id, std::string connector,
+                nlohmann::json descriptor)
+      : producer_iid_(std::move(producer_iid)),
+        producer_url_(std::move(producer_url)),
+        endpoint_(endpoint),
+        backend_request_id_(std::move(backend_request_id)),
+        connector_(std::move(connector)),
+        descriptor_(std::move(descriptor)) {}
+
+  const std::string& producer_iid() const { return producer_iid_; }
+  const std::string& producer_url() const { return producer_url_; }
+  Api endpoint() const { return endpoint_; }
+  const std::string& backend_request_id() const { return backend_request_id_; }
+  const std::string& connector() const { return connector_; }
+
+  // A detached copy of the descriptor (B6).
+  nlohmann::json parameters() const { return descriptor_; }
+  // Read-only view for the adapter (sent verbatim as kv_transfer_params).
+  const nlohmann::json& descriptor() const { return descriptor_; }
+
+ private:
+  std::string producer_iid_;
+  std::string producer_url_;
+  Api endpoint_;
+  std::string backend_request_id_;
+  std::string connector_;
+  nlohmann::json descriptor_;
+};
+
+}  // namespace narwhal::engines
+
+#endif  // NARWHAL_ENGINES_PREFILL_RESULT_H_

@@ -1,0 +1,54 @@
+// Classification of one decode-stream event (B11, B12).
+//
+// Every `data:` payload of an upstream OpenAI/vLLM stream is exactly one of:
+//   kDone      - the literal `[DONE]` terminator;
+//   kError     - a JSON object with a top-level "error" member (in-stream error,
+//                current nested or legacy flat shape, or a plain string);
+//   kToken     - a chunk carrying generated output: a choice with non-empty
+//                `text`, or a `delta` with non-empty `content`, `reasoning`,
+//                `reasoning_content`, `refusal` or `tool_calls`, or non-empty
+//                `token_ids`;
+//   kMetadata  - any other JSON object (role-only delta, empty text, usage-only
+//                chunk with `choices: []`);
+//   kMalformed - not JSON (relayed as-is after the first token, counts no
+//                tokens, never stops the first-token clock).
+//
+// The classifier uses a SAX pass (no DOM) and reuses the caller's StreamEvent
+// buffers: this runs for every relayed chunk.
+#ifndef NARWHAL_ENGINES_STREAM_EVENT_H_
+#define NARWHAL_ENGINES_STREAM_EVENT_H_
+
+#include <string>
+#include <string_view>
+
+namespace narwhal::engines {
+
+enum class EventKind { kToken, kMetadata, kError, kDone, kMalformed };
+std::string_view EventKindName(EventKind kind);
+
+struct StreamEvent {
+  EventKind kind = EventKind::kMalformed;
+  // Output tokens this event carries: number of choices with output, or the
+  // length of `token_ids` when present. 0 unless kind == kToken.
+  int tokens = 0;
+  // Generated text of choice 0 (`text`, or delta `content`), unescaped.
+  std::string text;
+  // finish_reason of choice 0 when non-null, else empty.
+  std::string finish_reason;
+  // usage.completion_tokens / usage.prompt_tokens when the event has usage, else -1.
+  long long completion_tokens = -1;
+  long long prompt_tokens = -1;
+  // kError only: the error object's status (its integer `code` when in
+  // 400..599, else 500) and message.
+  int error_status = 0;
+  std::string error_message;
+
+  void Clear();
+};
+
+// Classifies `data` (one SSE event's payload) into `*event` (cleared first).
+void ClassifyEvent(std::string_view data, StreamEvent* event);
+
+}  // namespace narwhal::engines
+
+#endif  // NARWHAL_ENGINES_STREAM_EVENT_H_
