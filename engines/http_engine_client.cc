@@ -1,0 +1,481 @@
+#include "engines/http_engine_client.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+
+#include "engines/connector.h"
+#include "engines/sse_reader.h"
+
+namespace narwhal::engines {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
+constexpr size_t kMaxMessageChars = 500;
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%gs", s);
+  return buf;
+}
+
+EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
+                          BreakerClass cls, int status, std::string detail, bool transient) {
+  EngineFailure f;
+  f.phase = phase;
+  f.iid = iid;
+  f.evidence_iid = cls == BreakerClass::kNone ? "" : iid;
+  f.reason = reason;
+  f.breaker_class = cls;
+  f.status = status;
+  f.detail = std::move(detail);
+  f.transient = transient;
+  return f;
+}
+
+EngineFailure Cancelled(Phase phase, const std::string& iid) {
+  return MakeFailure(phase, iid, FailureReason::kCancelled, BreakerClass::kNone, 499,
+                     "client went away", false);
+}
+
+EngineFailure DeadlineExpired(Phase phase, const std::string& iid) {
+  return MakeFailure(phase, iid, FailureReason::kDeadline, BreakerClass::kNone, 504,
+                     std::string("request deadline passed during the ") +
+                         std::string(PhaseName(phase)) + " leg",
+                     false);
+}
+
+// Transport failure of a leg that got no response status.
+EngineFailure TransportFailure(Phase phase, const EngineTarget& target, httplib::Error error,
+                               double connect_timeout_s) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
+                         BreakerClass::kConnection, 502,
+                         "engine unreachable: connection to " + target.url + " failed", true);
+    case httplib::Error::ConnectionTimeout:
+      return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
+                         BreakerClass::kConnection, 504,
+                         "engine unreachable: connect to " + target.url + " timed out after " +
+                             FormatSeconds(connect_timeout_s),
+                         true);
+    default:
+      return MakeFailure(phase, target.iid, FailureReason::kEngineConnection,
+                         BreakerClass::kTimeout, 502,
+                         "connection to engine lost before a response: " +
+                             httplib::to_string(error),
+                         true);
+  }
+}
+
+std::chrono::microseconds Remaining(MonoTime deadline) {
+  const auto left = deadline - MonoClock::now();
+  return std::max(std::chrono::duration_cast<std::chrono::microseconds>(left),
+                  std::chrono::microseconds(1000));
+}
+
+// One HTTP leg: the client, its watchdog timer and its cancel hook.
+class Leg {
+ public:
+  Leg(LegWatchdog& watchdog, const std::string& host, int port, const LegOptions& options)
+      : client_(host, port),
+        timer_(watchdog.NewTimer([this] { client_.stop(); })),
+        cancel_hook_(options.cancel, [this] {
+          cancelled_.store(true);
+          client_.stop();
+        }) {}
+  ~Leg() { timer_->Disarm(); }
+
+  httplib::Client& client() { return client_; }
+  LegWatchdog::Timer& timer() { return *timer_; }
+  bool cancelled() const { return cancelled_.load(); }
+  // Stops the timer for good; true if it had fired.
+  bool Finish() {
+    timer_->Disarm();
+    return timer_->fired();
+  }
+
+ private:
+  httplib::Client client_;
+  std::shared_ptr<LegWatchdog::Timer> timer_;
+  std::atomic<bool> cancelled_{false};
+  CancelToken::Registration cancel_hook_;
+};
+
+httplib::Headers LegHeaders(const LegOptions& options, const std::string& api_key) {
+  httplib::Headers headers{{"X-Request-Id", options.backend_request_id},
+                           {"Accept", "application/json, text/event-stream"}};
+  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  return headers;
+}
+
+}  // namespace
+
+bool ParseEngineUrl(const std::string& url, std::string* host, int* port) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.compare(0, kScheme.size(), kScheme) != 0) return false;
+  std::string rest = url.substr(kScheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string h = rest.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string p = rest.substr(colon + 1);
+  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), ::isdigit)) return false;
+  const int n = std::stoi(p);
+  if (n < 1 || n > 65535) return false;
+  *host = h;
+  *port = n;
+  return true;
+}
+
+std::string EngineErrorMessage(const std::string& body) {
+  std::string message;
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object()) {
+    auto err = parsed.find("error");
+    if (err != parsed.end() && err->is_object() && err->contains("message") &&
+        (*err)["message"].is_string()) {
+      message = (*err)["message"].get<std::string>();
+    } else if (err != parsed.end() && err->is_string()) {
+      message = err->get<std::string>();
+    } else if (parsed.contains("message") && parsed["message"].is_string()) {
+      message = parsed["message"].get<std::string>();
+    }
+  }
+  if (message.empty()) message = body;
+  if (message.size() > kMaxMessageChars) message = message.substr(0, kMaxMessageChars) + "...";
+  return message;
+}
+
+EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
+                                   const std::string& message, bool in_stream) {
+  const std::string source = in_stream ? "engine stream error " : "engine returned HTTP ";
+  const std::string detail = source + std::to_string(engine_status) + ": " + message;
+  EngineFailure f;
+  if (engine_status == 408 || engine_status == 429) {
+    f = MakeFailure(phase, iid, FailureReason::kEngineOverloaded, BreakerClass::kOverload,
+                    engine_status == 408 ? 504 : 502, detail, true);
+  } else if (engine_status >= 400 && engine_status < 500) {
+    // The client's own request was refused (e.g. prompt too long): its status
+    // and message go back unchanged, and it is not evidence against the engine.
+    f = MakeFailure(phase, iid, FailureReason::kEngineRejected, BreakerClass::kNone,
+                    engine_status, message, false);
+  } else if (engine_status >= 500 && engine_status < 600) {
+    f = MakeFailure(phase, iid,
+                    engine_status == 504 ? FailureReason::kEngineTimeout
+                                         : FailureReason::kEngineError,
+                    BreakerClass::kInferenceStatus, engine_status == 504 ? 504 : 502, detail,
+                    true);
+  } else {
+    f = MakeFailure(phase, iid, FailureReason::kEngineError, BreakerClass::kInferenceStatus, 502,
+                    detail, false);
+  }
+  // B11: an error object inside a 200 stream keeps its own status.
+  if (in_stream) f.status = engine_status;
+  f.engine_status = engine_status;
+  return f;
+}
+
+HttpEngineClient::HttpEngineClient(HttpEngineClientOptions options)
+    : options_(std::move(options)) {}
+
+HttpEngineClient::~HttpEngineClient() = default;
+
+PrefillOutcome HttpEngineClient::Prefill(const EngineTarget& producer, Api api,
+                                         const json& client_body, const LegOptions& options) {
+  constexpr Phase kPhase = Phase::kPrefill;
+  PrefillOutcome out;
+  std::string host;
+  int port = 0;
+  if (!ParseEngineUrl(producer.url, &host, &port)) {
+    out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kEngineUnreachable,
+                              BreakerClass::kConnection, 502,
+                              "engine unreachable: bad engine url " + producer.url, false);
+    return out;
+  }
+  const MonoTime deadline = std::min(options.request_deadline,
+                                     options.leg_deadline.value_or(MonoTime::max()));
+  const bool deadline_is_request = deadline == options.request_deadline;
+  if (options.cancel != nullptr && options.cancel->cancelled()) {
+    out.failure = Cancelled(kPhase, producer.iid);
+    return out;
+  }
+  if (MonoClock::now() >= deadline) {
+    out.failure = deadline_is_request
+                      ? DeadlineExpired(kPhase, producer.iid)
+                      : MakeFailure(kPhase, producer.iid, FailureReason::kEngineTimeout,
+                                    BreakerClass::kTimeout, 504, "prefill timed out", true);
+    return out;
+  }
+
+  Leg leg(watchdog_, host, port, options);
+  const auto connect_bound =
+      std::min(Remaining(deadline), std::chrono::duration_cast<std::chrono::microseconds>(
+                                        FromSeconds(options_.connect_timeout_s)));
+  leg.client().set_connection_timeout(connect_bound);
+  leg.client().set_read_timeout(Remaining(deadline) + std::chrono::seconds(1));
+  leg.client().set_write_timeout(Remaining(deadline) + std::chrono::seconds(1));
+  leg.timer().ArmAt(deadline);
+
+  httplib::Request req;
+  req.method = "POST";
+  req.path = std::string(ApiPath(api));
+  req.headers = LegHeaders(options, options_.api_key);
+  req.body = BuildPrefillBody(client_body).dump();
+  req.set_header("Content-Type", "application/json");
+  int status = 0;
+  std::string body;
+  bool too_large = false;
+  req.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (body.size() + n > options_.max_response_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  };
+  const auto started = MonoClock::now();
+  httplib::Result res = leg.client().send(req);
+  const bool timed_out = leg.Finish();
+
+  if (leg.cancelled()) {
+    out.failure = Cancelled(kPhase, producer.iid);
+  } else if (timed_out) {
+    out.failure = deadline_is_request
+                      ? DeadlineExpired(kPhase, producer.iid)
+                      : MakeFailure(kPhase, producer.iid, FailureReason::kEngineTimeout,
+                                    BreakerClass::kTimeout, 504,
+                                    "prefill timed out after " +
+                                        FormatSeconds(Seconds(deadline - started)),
+                                    true);
+  } else if (too_large) {
+    out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
+                              BreakerClass::kKvHandoff, 502,
+                              "no handoff: prefill response exceeds " +
+                                  std::to_string(options_.max_response_bytes) + " bytes",
+                              false);
+  } else if (status == 0) {
+    out.failure = TransportFailure(kPhase, producer, res.error(),
+                                   std::chrono::duration<double>(connect_bound).count());
+  } else if (status < 200 || status > 299) {
+    out.failure = ClassifyEngineStatus(kPhase, producer.iid, status, EngineErrorMessage(body),
+                                       /*in_stream=*/false);
+  } else if (res.error() != httplib::Error::Success) {
+    out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kEngineConnection,
+                              BreakerClass::kTimeout, 502,
+                              "connection to engine lost while reading the prefill response: " +
+                                  httplib::to_string(res.error()),
+                              true);
+  } else {
+    json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    std::string why;
+    std::optional<json> descriptor;
+    if (parsed.is_discarded()) {
+      why = "prefill response is not valid JSON";
+    } else {
+      descriptor = ExtractDescriptor(parsed, &why);
+    }
+    if (!descriptor) {
+      out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
+                                BreakerClass::kKvHandoff, 502, "no handoff: " + why, false);
+    } else {
+      out.result.emplace(producer.iid, producer.url, api, options.backend_request_id,
+                         options_.connector, std::move(*descriptor));
+    }
+  }
+  return out;
+}
+
+DecodeOutcome HttpEngineClient::Decode(const EngineTarget& consumer, const PrefillResult& handoff,
+                                       const json& client_body, bool client_streams,
+                                       const LegOptions& options, DecodeObserver& observer) {
+  constexpr Phase kPhase = Phase::kDecode;
+  const Api api = handoff.endpoint();
+  DecodeOutcome out;
+
+  // B3: validate before any HTTP request; evidence counts against the producer.
+  if (std::string why = ValidateContinuation(handoff, options_.connector, api); !why.empty()) {
+    EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                                  BreakerClass::kKvHandoff, 502, "invalid continuation: " + why,
+                                  false);
+    f.evidence_iid = handoff.producer_iid();
+    out.failure = std::move(f);
+    return out;
+  }
+  std::string host;
+  int port = 0;
+  if (!ParseEngineUrl(consumer.url, &host, &port)) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineUnreachable,
+                              BreakerClass::kConnection, 502,
+                              "engine unreachable: bad engine url " + consumer.url, false);
+    return out;
+  }
+  if (options.cancel != nullptr && options.cancel->cancelled()) {
+    out.failure = Cancelled(kPhase, consumer.iid);
+    return out;
+  }
+  const MonoTime started = MonoClock::now();
+  if (started >= options.request_deadline) {
+    out.failure = DeadlineExpired(kPhase, consumer.iid);
+    return out;
+  }
+
+  // B12: the first-token budget starts now, before connect.
+  const MonoTime first_token_deadline =
+      std::min(started + FromSeconds(options_.first_token_timeout_s), options.request_deadline);
+  const auto read_timeout = FromSeconds(options_.decode_read_timeout_s);
+  // Which bound the timer is armed for, so an expiry is classified by cause.
+  enum class Bound { kFirstToken, kRead, kRequest };
+  Bound armed = first_token_deadline == options.request_deadline ? Bound::kRequest
+                                                                  : Bound::kFirstToken;
+
+  Leg leg(watchdog_, host, port, options);
+  const auto connect_bound = std::min(
+      Remaining(first_token_deadline),
+      std::chrono::duration_cast<std::chrono::microseconds>(FromSeconds(options_.connect_timeout_s)));
+  leg.client().set_connection_timeout(connect_bound);
+  // The watchdog governs silence; httplib's idle timeout is only a backstop.
+  leg.client().set_read_timeout(Remaining(options.request_deadline) + std::chrono::seconds(1));
+  leg.client().set_write_timeout(Remaining(options.request_deadline) + std::chrono::seconds(1));
+  leg.timer().ArmAt(first_token_deadline);
+
+  const bool same_worker = consumer.iid == handoff.producer_iid();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = std::string(ApiPath(api));
+  req.headers = LegHeaders(options, options_.api_key);
+  req.body = BuildDecodeBody(client_body, handoff, same_worker, client_streams).dump();
+  req.set_header("Content-Type", "application/json");
+
+  int status = 0;
+  std::string error_body;
+  SseReader sse;
+  StreamEvent event;
+  bool first_token = false;
+  bool done = false;
+  bool observer_stopped = false;
+  std::optional<EngineFailure> stream_error;
+  int metadata_frames = 0;
+
+  auto arm_read_timer = [&] {
+    const MonoTime now = MonoClock::now();
+    if (options_.decode_read_timeout_s > 0 && now + read_timeout < options.request_deadline) {
+      armed = Bound::kRead;
+      leg.timer().ArmAt(now + read_timeout);
+    } else {
+      armed = Bound::kRequest;
+      leg.timer().ArmAt(options.request_deadline);
+    }
+  };
+  const SseReader::EventFn on_event = [&](std::string_view data) {
+    ClassifyEvent(data, &event);
+    switch (event.kind) {
+      case EventKind::kDone:
+        done = true;
+        return false;
+      case EventKind::kError:
+        stream_error = ClassifyEngineStatus(kPhase, consumer.iid, event.error_status,
+                                            event.error_message, /*in_stream=*/true);
+        return false;
+      case EventKind::kToken:
+        first_token = true;
+        break;
+      case EventKind::kMetadata:
+      case EventKind::kMalformed:
+        if (!first_token) ++metadata_frames;
+        break;
+    }
+    if (!first_token) {
+      observer_stopped = !observer.OnEvent(data, event);
+      return !observer_stopped;
+    }
+    // After the first token a slow client may block here (back-pressure):
+    // that is not engine silence, so the read timer pauses meanwhile.
+    leg.timer().ArmAt(MonoTime::max());
+    const bool keep_going = observer.OnEvent(data, event);
+    if (!keep_going) {
+      observer_stopped = true;
+      return false;
+    }
+    arm_read_timer();
+    return true;
+  };
+  req.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (status != 200) {
+      if (error_body.size() < kMaxErrorBodyBytes) {
+        error_body.append(data, std::min(n, kMaxErrorBodyBytes - error_body.size()));
+      }
+      return true;
+    }
+    // B13: every transport chunk after the first token re-arms the read timer.
+    if (first_token) arm_read_timer();
+    return sse.Feed(std::string_view(data, n), on_event);
+  };
+
+  httplib::Result res = leg.client().send(req);
+  const bool timed_out = leg.Finish();
+
+  if (done && first_token) return out;  // generated output, then [DONE]
+  if (leg.cancelled() || observer_stopped) {
+    out.failure = Cancelled(kPhase, consumer.iid);
+  } else if (done) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
+                              BreakerClass::kStream, 502,
+                              "stream ended with [DONE] before any token arrived", true);
+  } else if (stream_error) {
+    out.failure = std::move(stream_error);
+  } else if (timed_out) {
+    if (armed == Bound::kRequest) {
+      out.failure = DeadlineExpired(kPhase, consumer.iid);
+    } else if (armed == Bound::kFirstToken) {
+      const std::string what =
+          metadata_frames == 0
+              ? "no frames at all"
+              : std::to_string(metadata_frames) + " metadata frame(s) but no token";
+      // A silent engine is stream evidence; one that keeps emitting metadata
+      // is busy rather than broken (overload).
+      out.failure = MakeFailure(
+          kPhase, consumer.iid, FailureReason::kEngineTimeout,
+          metadata_frames == 0 ? BreakerClass::kStream : BreakerClass::kOverload, 504,
+          "no first token within " + FormatSeconds(options_.first_token_timeout_s) + ": " + what,
+          true);
+    } else {
+      out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineTimeout,
+                                BreakerClass::kStream, 504,
+                                "engine went silent between tokens: nothing arrived within the " +
+                                    FormatSeconds(options_.decode_read_timeout_s) +
+                                    " read timeout",
+                                true);
+    }
+  } else if (status == 0) {
+    out.failure = TransportFailure(kPhase, consumer, res.error(),
+                                   std::chrono::duration<double>(connect_bound).count());
+  } else if (status != 200) {
+    out.failure = ClassifyEngineStatus(kPhase, consumer.iid, status,
+                                       EngineErrorMessage(error_body), /*in_stream=*/false);
+  } else if (!sse.error().empty()) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
+                              BreakerClass::kStream, 502, "malformed stream: " + sse.error(),
+                              true);
+  } else {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
+                              BreakerClass::kStream, 502,
+                              "stream ended before the [DONE] terminator", true);
+  }
+  return out;
+}
+
+}  // namespace narwhal::engines
