@@ -46,6 +46,8 @@ std::string_view FailureReasonName(FailureReason r) {
       return "invalid_response";
     case FailureReason::kDeadline:
       return "deadline";
+    case FailureReason::kHandoffExpired:
+      return "handoff";
     case FailureReason::kCancelled:
       return "cancelled";
   }

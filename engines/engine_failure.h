@@ -40,6 +40,7 @@ enum class FailureReason {
   kEngineError,        // other status, error object, invalid stream termination
   kInvalidResponse,    // unreadable descriptor, invalid continuation, unassemblable body
   kDeadline,           // the original request's deadline passed
+  kHandoffExpired,     // the KV handoff outlived serving.handoff_timeout_s (B7)
   kCancelled,          // the client went away (B19)
 };
 std::string_view FailureReasonName(FailureReason r);  // "engine_unreachable", ...

@@ -1,0 +1,45 @@
+// What the routes of one simulated engine share. Internal to narwhal_sim.
+#ifndef NARWHAL_ENGINES_SIM_ENGINE_STATE_H_
+#define NARWHAL_ENGINES_SIM_ENGINE_STATE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/synchronization/notification.h"
+#include "engines/sim/fault_rules.h"
+#include "engines/sim/kv_store.h"
+#include "engines/sim/request_log.h"
+#include "engines/sim/sim_log.h"
+#include "engines/sim/sim_options.h"
+
+namespace narwhal::sim {
+
+// Unix time in seconds, with sub-second precision.
+double NowSeconds();
+
+// `n` random lowercase hex digits.
+std::string RandomHex(int n);
+
+struct EngineState {
+  explicit EngineState(SimOptions opts);
+
+  const SimOptions options;
+  const std::string fingerprint;
+  const std::string advertised_host;
+  const int64_t created;  // unix seconds at construction
+  std::atomic<int> port{0};
+
+  SimLog log;
+  FaultBook faults;
+  KvStore kv;
+  RequestLog requests;
+  // Notified once when the engine stops: every wait ends.
+  absl::Notification stopping;
+  // Inference requests in progress (vllm:num_requests_running).
+  std::atomic<int> running{0};
+};
+
+}  // namespace narwhal::sim
+
+#endif  // NARWHAL_ENGINES_SIM_ENGINE_STATE_H_

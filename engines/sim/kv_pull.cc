@@ -1,0 +1,63 @@
+#include "engines/sim/kv_pull.h"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "engines/sim/responses.h"
+
+namespace narwhal::sim {
+namespace {
+
+bool SameBlocks(const nlohmann::json& sent, const nlohmann::json& held) {
+  if (sent == held) return true;
+  // Pre-HMA descriptors carry a flat list of ids.
+  return held.is_array() && held.size() == 1 && sent == held[0];
+}
+
+}  // namespace
+
+PullReply PullHandoff(const KvParams& params,
+                      const std::string& consumer_engine_id,
+                      const std::string& consumer_request_id,
+                      absl::Duration timeout) {
+  PullReply reply;
+  httplib::Client client(params.remote_host, params.remote_port);
+  const auto limit = absl::ToChronoMicroseconds(timeout);
+  client.set_connection_timeout(limit);
+  client.set_read_timeout(limit);
+  client.set_write_timeout(limit);
+  const nlohmann::json body = {{"remote_engine_id", params.remote_engine_id},
+                               {"remote_request_id", params.remote_request_id},
+                               {"consumer_engine_id", consumer_engine_id},
+                               {"consumer_request_id", consumer_request_id}};
+  httplib::Result result =
+      client.Post("/sim/kv/pull", Dump(body), "application/json");
+  if (!result) {
+    reply.detail = absl::StrCat("producer ", params.remote_host, ":",
+                                params.remote_port, " unreachable (",
+                                httplib::to_string(result.error()), ")");
+    return reply;
+  }
+  reply.status = result->status;
+  if (result->status != 200) {
+    reply.detail = absl::StrCat("producer answered ", result->status);
+    return reply;
+  }
+  const nlohmann::json answer =
+      nlohmann::json::parse(result->body, nullptr, false);
+  if (answer.is_discarded() || !answer.is_object() ||
+      !answer.contains("remote_block_ids")) {
+    reply.detail = "producer answered an unreadable body";
+    return reply;
+  }
+  if (!SameBlocks(params.remote_block_ids, answer["remote_block_ids"])) {
+    reply.detail = "descriptor block ids differ from the producer's";
+    return reply;
+  }
+  reply.ok = true;
+  return reply;
+}
+
+}  // namespace narwhal::sim

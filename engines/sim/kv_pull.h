@@ -1,0 +1,37 @@
+// The consumer side of a handoff: pulls a producer's blocks over HTTP
+// (POST http://<remote_host>:<remote_port>/sim/kv/pull), standing in for a
+// NIXL read.
+//
+// Request body: {"remote_engine_id", "remote_request_id",
+// "consumer_engine_id", "consumer_request_id"}. The producer answers 200
+// {"remote_request_id", "remote_block_ids", "remote_num_tokens"} and marks
+// the entry consumed; 404 unknown (or another engine id), 409 already
+// consumed, 410 expired.
+#ifndef NARWHAL_ENGINES_SIM_KV_PULL_H_
+#define NARWHAL_ENGINES_SIM_KV_PULL_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "engines/sim/openai_request.h"
+
+namespace narwhal::sim {
+
+struct PullReply {
+  bool ok = false;
+  int status = 0;      // the producer's HTTP status; 0 = no answer
+  std::string detail;  // why the pull failed (for the log)
+};
+
+// Pulls the handoff `params` names (params.kind must be kConsumer). Fails
+// when the producer is unreachable, does not answer within `timeout`,
+// answers non-200, or returns blocks that differ from the descriptor's
+// remote_block_ids (a flat list matches a one-group list with the same ids).
+PullReply PullHandoff(const KvParams& params,
+                      const std::string& consumer_engine_id,
+                      const std::string& consumer_request_id,
+                      absl::Duration timeout);
+
+}  // namespace narwhal::sim
+
+#endif  // NARWHAL_ENGINES_SIM_KV_PULL_H_

@@ -1,0 +1,41 @@
+#include "engines/sim/recording.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace narwhal::sim {
+
+uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
+  RequestRecord record;
+  record.at = NowSeconds();
+  record.method = req.method;
+  record.path = req.path;
+  for (const auto& [name, value] : req.headers) {
+    const std::string key = absl::AsciiStrToLower(name);
+    // httplib adds these itself; they say nothing about the client.
+    if (key == "remote_addr" || key == "remote_port" || key == "local_addr" ||
+        key == "local_port") {
+      continue;
+    }
+    if (key == "authorization") {
+      const size_t space = value.find(' ');
+      record.headers[key] = absl::StrCat(
+          space == std::string::npos ? "" : value.substr(0, space + 1), "***");
+    } else {
+      record.headers[key] = value;
+    }
+  }
+  if (!req.body.empty()) {
+    record.body = nlohmann::json::parse(req.body, nullptr, false);
+    if (record.body.is_discarded()) record.body = req.body;
+  }
+  return state.requests.Add(std::move(record));
+}
+
+void FinishRecord(EngineState& state, uint64_t seq, int status,
+                  RequestEnd end) {
+  state.requests.Update(seq, [status](RequestRecord& r) { r.status = status; });
+  state.requests.End(seq, end, NowSeconds());
+}
+
+}  // namespace narwhal::sim

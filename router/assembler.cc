@@ -1,0 +1,147 @@
+#include "router/assembler.h"
+
+namespace narwhal::router {
+namespace {
+
+using json = nlohmann::json;
+
+void AppendString(const json& obj, const char* key, std::string* out, size_t* bytes) {
+  auto it = obj.find(key);
+  if (it != obj.end() && it->is_string()) {
+    const std::string& s = it->get_ref<const std::string&>();
+    out->append(s);
+    *bytes += s.size();
+  }
+}
+
+}  // namespace
+
+void Assembler::MergeLogprobs(ChoiceState& c, const json& lp) {
+  if (!lp.is_object()) return;
+  if (c.logprobs.is_null()) c.logprobs = json::object();
+  for (auto it = lp.begin(); it != lp.end(); ++it) {
+    json& dst = c.logprobs[it.key()];
+    if (it->is_array()) {
+      if (!dst.is_array()) dst = json::array();
+      for (const json& v : *it) dst.push_back(v);
+    } else {
+      dst = *it;
+    }
+  }
+  bytes_ += lp.dump().size();
+}
+
+bool Assembler::Add(std::string_view data) {
+  if (!error_.empty()) return false;
+  json chunk = json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+  if (!chunk.is_object()) {
+    error_ = "decode stream carried an event that is not a JSON object";
+    return false;
+  }
+  if (id_.is_null() && chunk.contains("id")) id_ = chunk["id"];
+  if (created_.is_null() && chunk.contains("created")) created_ = chunk["created"];
+  if (model_.is_null() && chunk.contains("model")) model_ = chunk["model"];
+  if (auto fp = chunk.find("system_fingerprint"); fp != chunk.end() && !fp->is_null()) {
+    system_fingerprint_ = *fp;
+  }
+  if (auto u = chunk.find("usage"); u != chunk.end() && u->is_object()) usage_ = *u;
+  auto choices = chunk.find("choices");
+  if (choices != chunk.end() && choices->is_array()) {
+    long long position = 0;
+    for (const json& choice : *choices) {
+      if (!choice.is_object()) continue;
+      long long index = position++;
+      if (auto i = choice.find("index"); i != choice.end() && i->is_number_integer()) {
+        index = i->get<long long>();
+      }
+      ChoiceState& c = choices_[index];
+      AppendString(choice, "text", &c.text, &bytes_);
+      if (auto d = choice.find("delta"); d != choice.end() && d->is_object()) {
+        AppendString(*d, "content", &c.text, &bytes_);
+        AppendString(*d, "reasoning_content", &c.reasoning, &bytes_);
+        AppendString(*d, "reasoning", &c.reasoning, &bytes_);
+        if (d->contains("refusal") && (*d)["refusal"].is_string()) {
+          c.has_refusal = true;
+          AppendString(*d, "refusal", &c.refusal, &bytes_);
+        }
+        if (auto tc = d->find("tool_calls"); tc != d->end() && tc->is_array()) {
+          for (const json& call : *tc) {
+            if (!call.is_object()) continue;
+            const long long ti = call.value("index", 0LL);
+            json& merged = c.tool_calls[ti];
+            if (merged.is_null()) merged = json{{"function", {{"arguments", ""}}}};
+            for (const char* key : {"id", "type"}) {
+              if (call.contains(key) && !call[key].is_null()) merged[key] = call[key];
+            }
+            if (auto fn = call.find("function"); fn != call.end() && fn->is_object()) {
+              if (fn->contains("name") && (*fn)["name"].is_string()) {
+                merged["function"]["name"] = (*fn)["name"];
+              }
+              if (fn->contains("arguments") && (*fn)["arguments"].is_string()) {
+                const std::string& a = (*fn)["arguments"].get_ref<const std::string&>();
+                merged["function"]["arguments"] =
+                    merged["function"]["arguments"].get<std::string>() + a;
+                bytes_ += a.size();
+              }
+            }
+          }
+        }
+      }
+      if (auto lp = choice.find("logprobs"); lp != choice.end() && !lp->is_null()) {
+        MergeLogprobs(c, *lp);
+      }
+      if (auto fr = choice.find("finish_reason"); fr != choice.end() && !fr->is_null()) {
+        c.finish_reason = *fr;
+      }
+      if (auto sr = choice.find("stop_reason"); sr != choice.end() && !sr->is_null()) {
+        c.stop_reason = *sr;
+      }
+    }
+  }
+  if (bytes_ > max_bytes_) {
+    error_ = "assembled response exceeds " + std::to_string(max_bytes_) + " bytes";
+    return false;
+  }
+  return true;
+}
+
+json Assembler::Build() const {
+  const bool chat = api_ == engines::Api::kChatCompletions;
+  json out = json::object();
+  out["id"] = id_;
+  out["object"] = chat ? "chat.completion" : "text_completion";
+  out["created"] = created_;
+  out["model"] = model_;
+  json choices = json::array();
+  for (const auto& [index, c] : choices_) {
+    json choice = json::object();
+    choice["index"] = index;
+    if (chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
+      if (c.has_refusal) message["refusal"] = c.refusal;
+      if (!c.tool_calls.empty()) {
+        json calls = json::array();
+        for (const auto& [ti, call] : c.tool_calls) {
+          json merged = call;
+          merged["index"] = ti;
+          calls.push_back(std::move(merged));
+        }
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = c.finish_reason;
+    choice["stop_reason"] = c.stop_reason;
+    choices.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(choices);
+  if (!system_fingerprint_.is_null()) out["system_fingerprint"] = system_fingerprint_;
+  out["usage"] = usage_;
+  return out;
+}
+
+}  // namespace narwhal::router

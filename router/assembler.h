@@ -1,0 +1,60 @@
+// Assembler: folds a decode stream into one non-streaming OpenAI response.
+//
+// Non-streaming clients get the decode leg as a stream too (B4); the router
+// keeps one Assembler per attempt and discards it when the attempt fails.
+// Folding: text / content / reasoning_content / refusal concatenated per
+// choice, tool_calls merged by index (arguments concatenated), logprobs
+// arrays concatenated, finish_reason and stop_reason from the last chunk
+// reporting them, usage from the engine. Bounded by max_bytes of retained
+// output. Not thread-safe (one per attempt).
+#ifndef NARWHAL_ROUTER_ASSEMBLER_H_
+#define NARWHAL_ROUTER_ASSEMBLER_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "engines/api.h"
+
+namespace narwhal::router {
+
+class Assembler {
+ public:
+  static constexpr size_t kDefaultMaxBytes = 16 * 1024 * 1024;
+  Assembler(engines::Api api, size_t max_bytes = kDefaultMaxBytes)
+      : api_(api), max_bytes_(max_bytes) {}
+
+  // Adds one stream event's JSON payload. False when it cannot be assembled
+  // (not a JSON object) or the retained output exceeds max_bytes; error()
+  // says why and later calls are ignored.
+  bool Add(std::string_view data);
+  // The assembled response (chat.completion or text_completion object).
+  nlohmann::json Build() const;
+  const std::string& error() const { return error_; }
+
+ private:
+  struct ChoiceState {
+    std::string text;       // completions text / chat content
+    std::string reasoning;  // chat reasoning_content
+    std::string refusal;
+    bool has_refusal = false;
+    std::map<long long, nlohmann::json> tool_calls;  // by index
+    nlohmann::json logprobs;                          // null until seen
+    nlohmann::json finish_reason;
+    nlohmann::json stop_reason;
+  };
+  void MergeLogprobs(ChoiceState& c, const nlohmann::json& lp);
+
+  engines::Api api_;
+  size_t max_bytes_;
+  size_t bytes_ = 0;
+  std::string error_;
+  nlohmann::json id_, created_, model_, system_fingerprint_, usage_;
+  std::map<long long, ChoiceState> choices_;
+};
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_ASSEMBLER_H_

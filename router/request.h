@@ -1,0 +1,33 @@
+// router::Request: one client request as both front doors hand it to the core.
+#ifndef NARWHAL_ROUTER_REQUEST_H_
+#define NARWHAL_ROUTER_REQUEST_H_
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engines/api.h"
+
+namespace narwhal::router {
+
+enum class Door { kHttp, kGrpc };
+std::string_view DoorName(Door door);  // "http" / "grpc"
+
+struct Request {
+  std::string rid;         // router-generated; the x-request-id sent to the client
+  std::string client_rid;  // the client's own X-Request-Id, if any
+  Door door = Door::kHttp;
+  engines::Api api = engines::Api::kCompletions;
+  bool stream = false;     // the client reads a stream (else the router assembles)
+  // The validated client body, with any client kv_transfer_params removed.
+  nlohmann::json body;
+  engines::MonoTime arrived{};
+  double arrived_wall = 0;  // unix seconds
+  // The original request's deadline: arrival + serving.request_timeout_s, or
+  // earlier when the client set one (gRPC deadline).
+  engines::MonoTime deadline = engines::MonoTime::max();
+};
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_REQUEST_H_

@@ -1,0 +1,109 @@
+// Router: the core that owns every client request from admission to its last
+// byte (B7).
+//
+// Submit() admits a request (serving.max_inflight, else 429 at once) and runs
+// it on a router-owned worker: placement of the prefill and decode legs, the
+// attempt loop with fresh backend ids (B8) and retries (B14), handoff-age
+// enforcement (B7), breaker evidence and quarantine (B15, B17), failure to
+// status mapping (B10, B11, B16), disconnect cancellation (B19), measurement
+// (B9) and the journal row. The front door reads the returned channel:
+// streaming chunks as they arrive, then one Outcome. Every path releases every
+// reservation exactly once (RAII) and writes exactly one journal row.
+//
+// Thread-safe. No httplib or gRPC type appears here: front doors translate.
+#ifndef NARWHAL_ROUTER_ROUTER_H_
+#define NARWHAL_ROUTER_ROUTER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engines/engine_client.h"
+#include "router/clock.h"
+#include "router/fleet.h"
+#include "router/journal.h"
+#include "router/metrics.h"
+#include "router/outcome.h"
+#include "router/request.h"
+#include "router/response_channel.h"
+#include "router/retry_budget.h"
+#include "router/settings.h"
+#include "router/worker_pool.h"
+
+namespace narwhal::router {
+
+// One failed attempt leg, as the journal's attempt_failures[] records it.
+struct AttemptFailure {
+  int attempt = 0;
+  engines::EngineFailure failure;
+  bool output_started = false;
+  bool retry_scheduled = false;
+  std::string retry_reason;  // allowed, output_started, attempt_limit, non_transient,
+                             // original_deadline, shared_budget, no_engine, cancelled
+};
+
+class Router {
+ public:
+  // `metrics` and `journal` may be null. All references must outlive the Router.
+  Router(const Settings& settings, engines::EngineClient& engines, Fleet& fleet,
+         const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed);
+  ~Router();  // cancels what still runs and joins the workers
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // A fresh router request id (the x-request-id sent to the client).
+  std::string NewRequestId();
+
+  // Admits and starts `request`. Never blocks: when the router is full or
+  // draining, the returned channel is already finished (429 / 503).
+  std::shared_ptr<ResponseChannel> Submit(Request request);
+
+  // Journals and counts a request the front door refused before the core
+  // (malformed JSON, wrong model, oversized body, bad API key).
+  void RecordRefused(const Request& request, const Outcome& outcome);
+
+  // Graceful shutdown: refuse new requests, let in-flight ones finish for up
+  // to `grace`, then cancel the rest and wait for them to unwind.
+  void Drain(engines::MonoClock::duration grace);
+
+  int inflight() const { return inflight_.load(); }
+  const RetryBudget& retry_budget() const { return retry_budget_; }
+  const Settings& settings() const { return settings_; }
+
+ private:
+  class Run;  // one request's life on a worker
+
+  void Finish(const Request& request, ResponseChannel& channel, Outcome outcome,
+              const nlohmann::json& attempt_info);
+  void WriteJournal(const Request& request, const Outcome& outcome,
+                    const nlohmann::json& attempt_info);
+  double Backoff(int failed_attempt);
+  void Unregister(const std::shared_ptr<ResponseChannel>& channel);
+
+  const Settings& settings_;
+  engines::EngineClient& engines_;
+  Fleet& fleet_;
+  const Clock& clock_;
+  Metrics* metrics_;
+  Journal* journal_;
+  RetryBudget retry_budget_;
+
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+
+  std::atomic<int> inflight_{0};
+  std::atomic<bool> accepting_{true};
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+  std::vector<std::shared_ptr<ResponseChannel>> live_;  // admitted, not finished
+  WorkerPool pool_;
+};
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_ROUTER_H_
