@@ -18,8 +18,6 @@ using json = nlohmann::json;
 // are flushed with it; later ones are dropped).
 constexpr size_t kMaxHeldEvents = 64;
 
-std::string_view Bool(bool b) { return b ? "true" : "false"; }
-
 json OptionalSeconds(const std::optional<double>& s) {
   return s ? json(*s) : json(nullptr);
 }

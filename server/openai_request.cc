@@ -1,0 +1,183 @@
+#include "server/openai_request.h"
+
+namespace narwhal::server {
+namespace {
+
+using json = nlohmann::json;
+
+ParsedRequest Fail(int status, std::string message, std::string param = "") {
+  ParsedRequest p;
+  p.error = ClientError{status, std::move(message), std::move(param)};
+  return p;
+}
+
+bool IsIntArray(const json& v) {
+  if (!v.is_array()) return false;
+  for (const json& x : v) {
+    if (!x.is_number_integer()) return false;
+  }
+  return true;
+}
+
+// A completions prompt: a string, a list of strings, a list of token ids or a
+// list of token-id lists (non-empty in every case).
+bool ValidPrompt(const json& p) {
+  if (p.is_string()) return true;
+  if (!p.is_array() || p.empty()) return false;
+  if (IsIntArray(p)) return true;
+  for (const json& item : p) {
+    if (!item.is_string() && !(IsIntArray(item) && !item.empty())) return false;
+  }
+  return true;
+}
+
+// Optional typed fields: absent or null is fine; anything else must match.
+enum class Kind { kNumber, kInteger, kPositiveInteger, kBool, kObject, kStop };
+
+const char* Describe(Kind k) {
+  switch (k) {
+    case Kind::kNumber:
+      return "a number";
+    case Kind::kInteger:
+      return "an integer";
+    case Kind::kPositiveInteger:
+      return "an integer >= 1";
+    case Kind::kBool:
+      return "a boolean";
+    case Kind::kObject:
+      return "an object";
+    case Kind::kStop:
+      return "a string or a list of strings";
+  }
+  return "valid";
+}
+
+bool Matches(const json& v, Kind k) {
+  switch (k) {
+    case Kind::kNumber:
+      return v.is_number();
+    case Kind::kInteger:
+      return v.is_number_integer();
+    case Kind::kPositiveInteger:
+      return v.is_number_integer() && v.get<long long>() >= 1;
+    case Kind::kBool:
+      return v.is_boolean();
+    case Kind::kObject:
+      return v.is_object();
+    case Kind::kStop:
+      if (v.is_string()) return true;
+      if (!v.is_array()) return false;
+      for (const json& s : v) {
+        if (!s.is_string()) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+struct FieldRule {
+  const char* name;
+  Kind kind;
+};
+
+constexpr FieldRule kFieldRules[] = {
+    {"stream", Kind::kBool},
+    {"max_tokens", Kind::kPositiveInteger},
+    {"max_completion_tokens", Kind::kPositiveInteger},
+    {"min_tokens", Kind::kInteger},
+    {"temperature", Kind::kNumber},
+    {"top_p", Kind::kNumber},
+    {"top_k", Kind::kInteger},
+    {"min_p", Kind::kNumber},
+    {"presence_penalty", Kind::kNumber},
+    {"frequency_penalty", Kind::kNumber},
+    {"repetition_penalty", Kind::kNumber},
+    {"seed", Kind::kInteger},
+    {"n", Kind::kInteger},
+    {"best_of", Kind::kInteger},
+    {"ignore_eos", Kind::kBool},
+    {"stop", Kind::kStop},
+    {"stream_options", Kind::kObject},
+    {"logprobs", Kind::kNumber},  // completions: int; chat: bool (checked below)
+};
+
+}  // namespace
+
+ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
+                                 const std::string& served_model) {
+  json body = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return Fail(400, "request body is not valid JSON");
+  if (!body.is_object()) return Fail(400, "request body must be a JSON object");
+
+  auto model = body.find("model");
+  if (model == body.end() || model->is_null()) return Fail(400, "model is required", "model");
+  if (!model->is_string()) return Fail(400, "model must be a string", "model");
+  if (model->get_ref<const std::string&>() != served_model) {
+    return Fail(404, "The model `" + model->get<std::string>() + "` does not exist.", "model");
+  }
+
+  if (api == engines::Api::kCompletions) {
+    auto prompt = body.find("prompt");
+    if (prompt == body.end() || prompt->is_null()) return Fail(400, "prompt is required", "prompt");
+    if (!ValidPrompt(*prompt)) {
+      return Fail(400,
+                  "prompt must be a string, a list of strings, a list of token ids or a list of "
+                  "token-id lists",
+                  "prompt");
+    }
+  } else {
+    auto messages = body.find("messages");
+    if (messages == body.end() || messages->is_null()) {
+      return Fail(400, "messages is required", "messages");
+    }
+    if (!messages->is_array() || messages->empty()) {
+      return Fail(400, "messages must be a non-empty list", "messages");
+    }
+    for (size_t i = 0; i < messages->size(); ++i) {
+      const json& m = (*messages)[i];
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        return Fail(400, "messages[" + std::to_string(i) + "] must be an object with a string role",
+                    "messages");
+      }
+    }
+  }
+
+  for (const FieldRule& rule : kFieldRules) {
+    auto it = body.find(rule.name);
+    if (it == body.end() || it->is_null()) continue;
+    if (std::string_view(rule.name) == "logprobs") {
+      const bool ok = api == engines::Api::kChatCompletions ? it->is_boolean()
+                                                             : it->is_number_integer();
+      if (!ok) {
+        return Fail(400,
+                    std::string("logprobs must be ") +
+                        (api == engines::Api::kChatCompletions ? "a boolean" : "an integer"),
+                    "logprobs");
+      }
+      continue;
+    }
+    if (!Matches(*it, rule.kind)) {
+      return Fail(400, std::string(rule.name) + " must be " + Describe(rule.kind), rule.name);
+    }
+  }
+  for (const char* key : {"n", "best_of"}) {
+    if (body.contains(key) && body[key].is_number_integer() && body[key].get<long long>() != 1) {
+      return Fail(400,
+                  std::string(key) + " must be 1: a KV handoff serves exactly one decode",
+                  key);
+    }
+  }
+
+  ParsedRequest p;
+  p.ok = true;
+  auto stream = body.find("stream");
+  p.stream = stream != body.end() && stream->is_boolean() && stream->get<bool>();
+  if (!p.stream && body.contains("stream_options") && !body["stream_options"].is_null()) {
+    return Fail(400, "stream_options can only be set when stream is true", "stream_options");
+  }
+  body.erase("kv_transfer_params");  // never forwarded to any engine (SPEC §4, §12)
+  p.body = std::move(body);
+  return p;
+}
+
+}  // namespace narwhal::server

@@ -1,0 +1,37 @@
+// Validation of OpenAI request bodies at the HTTP front door (SPEC §4).
+//
+// Pure: takes the raw body, returns the validated JSON the router forwards or
+// a client error (status 400/404, message, param). Every field the router
+// does not own passes through unchanged; a client `kv_transfer_params` is
+// removed (it would let a client point an engine at an arbitrary host, §12).
+#ifndef NARWHAL_SERVER_OPENAI_REQUEST_H_
+#define NARWHAL_SERVER_OPENAI_REQUEST_H_
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "engines/api.h"
+
+namespace narwhal::server {
+
+struct ClientError {
+  int status = 400;     // 400 or 404
+  std::string message;  // e.g. "max_tokens must be an integer >= 1"
+  std::string param;    // the offending field, "" when none
+};
+
+struct ParsedRequest {
+  bool ok = false;
+  ClientError error;     // when !ok
+  nlohmann::json body;   // when ok: the body to forward
+  bool stream = false;
+};
+
+ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
+                                 const std::string& served_model);
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_OPENAI_REQUEST_H_

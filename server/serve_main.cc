@@ -1,0 +1,182 @@
+// narwhal-serve: the router (SPEC §2).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include <prometheus/registry.h>
+
+#include "engines/http_engine_client.h"
+#include "router/clock.h"
+#include "router/fleet.h"
+#include "router/journal.h"
+#include "router/metrics.h"
+#include "router/router.h"
+#include "server/config_loader.h"
+#include "server/embedded_fleet.h"
+#include "server/log.h"
+#include "server/openai_shim.h"
+
+namespace narwhal::server {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: narwhal-serve [--config PATH] [--http HOST:PORT] [--grpc HOST:PORT]\n"
+    "                     [--admin HOST:PORT] [--journal PATH] [--preflight]\n"
+    "Without --config, serves an embedded simulated fleet (2 prefill + 2 decode engines).\n";
+
+struct Args {
+  std::string config;
+  std::string http, grpc, admin;
+  std::string journal;
+  bool preflight = false;
+};
+
+// Returns false (after printing why) on bad arguments.
+bool ParseArgs(int argc, char** argv, Args* args) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) {
+        std::cerr << "narwhal-serve: " << flag << " needs a value\n" << kUsage;
+        return false;
+      }
+      *out = argv[++i];
+      return true;
+    };
+    if (flag == "--config") {
+      if (!value(&args->config)) return false;
+    } else if (flag == "--http") {
+      if (!value(&args->http)) return false;
+    } else if (flag == "--grpc") {
+      if (!value(&args->grpc)) return false;
+    } else if (flag == "--admin") {
+      if (!value(&args->admin)) return false;
+    } else if (flag == "--journal") {
+      if (!value(&args->journal)) return false;
+    } else if (flag == "--preflight") {
+      args->preflight = true;
+    } else if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else {
+      std::cerr << "narwhal-serve: unknown argument " << flag << "\n" << kUsage;
+      return false;
+    }
+  }
+  for (const std::string* address : {&args->http, &args->grpc, &args->admin}) {
+    std::string host;
+    int port = 0;
+    if (!address->empty() && !SplitHostPort(*address, &host, &port)) {
+      std::cerr << "narwhal-serve: bad listener address " << *address << " (want HOST:PORT)\n";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string EnvOrEmpty(const std::string& name) {
+  if (name.empty()) return "";
+  const char* v = std::getenv(name.c_str());
+  return v == nullptr ? "" : v;
+}
+
+int Serve(const Args& args) {
+  // Signals are taken synchronously by this thread (sigwait); every thread
+  // started from here inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<EmbeddedFleet> embedded;
+  router::Settings settings;
+  if (args.config.empty()) {
+    auto started = EmbeddedFleet::Start();
+    if (!started.ok()) {
+      LogError("narwhal-serve: cannot start the embedded fleet: " +
+               std::string(started.status().message()));
+      return 1;
+    }
+    embedded = std::move(*started);
+    settings = embedded->settings();
+    LogInfo("narwhal-serve: no --config given: serving the embedded simulated fleet "
+            "(2 prefill + 2 decode narwhal-sim engines on loopback)");
+  } else {
+    auto loaded = LoadFleetConfig(args.config);
+    if (!loaded.ok()) {
+      LogError("narwhal-serve: " + std::string(loaded.status().message()));
+      return 1;
+    }
+    settings = std::move(*loaded);
+  }
+  if (!args.http.empty()) settings.listen.http = args.http;
+  if (!args.grpc.empty()) settings.listen.grpc = args.grpc;
+  if (!args.admin.empty()) settings.listen.admin = args.admin;
+
+  std::unique_ptr<router::Journal> journal;
+  if (!args.journal.empty()) {
+    auto opened = router::Journal::Open(args.journal);
+    if (!opened.ok()) {
+      LogError("narwhal-serve: " + std::string(opened.status().message()));
+      return 1;
+    }
+    journal = std::move(*opened);
+  }
+
+  prometheus::Registry registry;
+  router::Metrics metrics(registry);
+  router::RealClock clock;
+  engines::HttpEngineClientOptions engine_options;
+  engine_options.first_token_timeout_s = settings.engine.first_token_timeout_s;
+  engine_options.decode_read_timeout_s = settings.engine.decode_read_timeout_s;
+  engine_options.connect_timeout_s = settings.engine.connect_timeout_s;
+  engine_options.connector = settings.engine.connector;
+  engine_options.api_key = EnvOrEmpty(settings.engine.api_key_env);
+  engines::HttpEngineClient engine_client(engine_options);
+  router::Fleet fleet(settings, clock, &metrics);
+  router::Router router(settings, engine_client, fleet, clock, &metrics, journal.get(),
+                        std::random_device{}());
+
+  OpenAiShim shim(settings, router, fleet, clock, registry,
+                  EnvOrEmpty(settings.serving.api_key_env));
+  std::string http_host;
+  int http_port = 0;
+  SplitHostPort(settings.listen.http, &http_host, &http_port);
+  auto bound = shim.Bind(http_host, http_port);
+  if (!bound.ok()) {
+    LogError("narwhal-serve: " + std::string(bound.status().message()));
+    return 1;
+  }
+  shim.Start();
+
+  std::printf("narwhal-serve ready http=%s:%d\n", http_host.c_str(), *bound);
+  std::fflush(stdout);
+  LogInfo("narwhal-serve: serving model " + settings.model + " with " +
+          std::to_string(settings.engines.size()) + " engines");
+
+  int received = 0;
+  sigwait(&signals, &received);
+  LogInfo(std::string("narwhal-serve: ") + (received == SIGTERM ? "SIGTERM" : "SIGINT") +
+          ": draining for up to " + std::to_string(settings.serving.graceful_timeout_s) + "s");
+  shim.StopAccepting();
+  router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s));
+  shim.Join();
+  LogInfo("narwhal-serve: stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace narwhal::server
+
+int main(int argc, char** argv) {
+  narwhal::server::Args args;
+  if (!narwhal::server::ParseArgs(argc, argv, &args)) return 2;
+  return narwhal::server::Serve(args);
+}
