@@ -107,6 +107,10 @@ ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
                                  const std::string& served_model) {
   json body = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Fail(400, "request body is not valid JSON");
+  return ValidateOpenAiBody(std::move(body), api, served_model);
+}
+
+ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string& served_model) {
   if (!body.is_object()) return Fail(400, "request body must be a JSON object");
 
   auto model = body.find("model");

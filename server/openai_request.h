@@ -32,6 +32,12 @@ struct ParsedRequest {
 ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
                                  const std::string& served_model);
 
+// The same validation of an already parsed body (the gRPC door builds the
+// OpenAI body from typed fields and validates it here, so both doors apply
+// one set of rules).
+ParsedRequest ValidateOpenAiBody(nlohmann::json body, engines::Api api,
+                                 const std::string& served_model);
+
 }  // namespace narwhal::server
 
 #endif  // NARWHAL_SERVER_OPENAI_REQUEST_H_

@@ -8,6 +8,8 @@
 #include <random>
 #include <string>
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
 #include "engines/http_engine_client.h"
@@ -18,6 +20,7 @@
 #include "router/router.h"
 #include "server/config_loader.h"
 #include "server/embedded_fleet.h"
+#include "server/inference_service.h"
 #include "server/log.h"
 #include "server/openai_shim.h"
 
@@ -156,7 +159,29 @@ int Serve(const Args& args) {
   }
   shim.Start();
 
-  std::printf("narwhal-serve ready http=%s:%d\n", http_host.c_str(), *bound);
+  // gRPC inference API on its own listener, with server reflection.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  InferenceService inference(settings, router, clock, EnvOrEmpty(settings.serving.api_key_env));
+  std::string grpc_host;
+  int grpc_port = 0;
+  SplitHostPort(settings.listen.grpc, &grpc_host, &grpc_port);
+  int grpc_bound = 0;
+  grpc::ServerBuilder grpc_builder;
+  // A second server on the same port must fail, not share it.
+  grpc_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  grpc_builder.AddListeningPort(settings.listen.grpc, grpc::InsecureServerCredentials(),
+                                &grpc_bound);
+  grpc_builder.RegisterService(&inference);
+  std::unique_ptr<grpc::Server> grpc_server = grpc_builder.BuildAndStart();
+  if (!grpc_server || grpc_bound == 0) {
+    LogError("narwhal-serve: cannot bind the gRPC listener to " + settings.listen.grpc);
+    shim.StopAccepting();
+    shim.Join();
+    return 1;
+  }
+
+  std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d\n", http_host.c_str(), *bound,
+              grpc_host.c_str(), grpc_bound);
   std::fflush(stdout);
   LogInfo("narwhal-serve: serving model " + settings.model + " with " +
           std::to_string(settings.engines.size()) + " engines");
@@ -167,6 +192,7 @@ int Serve(const Args& args) {
           ": draining for up to " + std::to_string(settings.serving.graceful_timeout_s) + "s");
   shim.StopAccepting();
   router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s));
+  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   shim.Join();
   LogInfo("narwhal-serve: stopped");
   return 0;

@@ -1,0 +1,110 @@
+#include "server/grpc_request.h"
+
+#include <cmath>
+
+namespace narwhal::server {
+namespace {
+
+using json = nlohmann::json;
+
+GrpcParsedRequest Fail(std::string message, std::string param) {
+  GrpcParsedRequest out;
+  out.parsed.error = ClientError{400, std::move(message), std::move(param)};
+  return out;
+}
+
+}  // namespace
+
+json ValueToJson(const google::protobuf::Value& value) {
+  switch (value.kind_case()) {
+    case google::protobuf::Value::kNullValue:
+      return nullptr;
+    case google::protobuf::Value::kNumberValue: {
+      const double d = value.number_value();
+      if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e15) {
+        return static_cast<long long>(d);
+      }
+      return d;
+    }
+    case google::protobuf::Value::kStringValue:
+      return value.string_value();
+    case google::protobuf::Value::kBoolValue:
+      return value.bool_value();
+    case google::protobuf::Value::kStructValue:
+      return StructToJson(value.struct_value());
+    case google::protobuf::Value::kListValue: {
+      json list = json::array();
+      for (const auto& v : value.list_value().values()) list.push_back(ValueToJson(v));
+      return list;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+json StructToJson(const google::protobuf::Struct& s) {
+  json out = json::object();
+  for (const auto& [key, value] : s.fields()) out[key] = ValueToJson(value);
+  return out;
+}
+
+GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& request,
+                                           bool stream, const std::string& served_model) {
+  json body = json::object();
+  // Other engine fields first, so the typed fields below win.
+  if (request.has_extra()) {
+    body = StructToJson(request.extra());
+    for (const char* owned : {"model", "prompt", "messages", "stream", "stream_options"}) {
+      if (body.contains(owned)) {
+        return Fail(std::string("extra.") + owned + " is set by the router; use the typed field",
+                    std::string("extra.") + owned);
+      }
+    }
+  }
+  GrpcParsedRequest out;
+  body["model"] = request.model();
+  switch (request.input_case()) {
+    case narwhal::v1::GenerateRequest::kPrompt:
+      out.api = engines::Api::kCompletions;
+      body["prompt"] = request.prompt();
+      break;
+    case narwhal::v1::GenerateRequest::kMessages: {
+      out.api = engines::Api::kChatCompletions;
+      json messages = json::array();
+      for (const auto& m : request.messages().messages()) {
+        json message = {{"role", m.role()}, {"content", m.content()}};
+        if (m.has_name()) message["name"] = m.name();
+        messages.push_back(std::move(message));
+      }
+      body["messages"] = std::move(messages);
+      break;
+    }
+    default:
+      return Fail("prompt or messages is required", "input");
+  }
+  if (request.model().empty()) return Fail("model is required", "model");
+  if (request.has_max_tokens()) body["max_tokens"] = request.max_tokens();
+  if (request.has_temperature()) body["temperature"] = request.temperature();
+  if (request.has_top_p()) body["top_p"] = request.top_p();
+  if (request.has_top_k()) body["top_k"] = request.top_k();
+  if (request.has_min_p()) body["min_p"] = request.min_p();
+  if (request.has_seed()) body["seed"] = request.seed();
+  if (request.stop_size() > 0) {
+    json stop = json::array();
+    for (const auto& s : request.stop()) stop.push_back(s);
+    body["stop"] = std::move(stop);
+  }
+  if (request.has_presence_penalty()) body["presence_penalty"] = request.presence_penalty();
+  if (request.has_frequency_penalty()) body["frequency_penalty"] = request.frequency_penalty();
+  if (request.has_repetition_penalty()) body["repetition_penalty"] = request.repetition_penalty();
+  if (request.has_ignore_eos()) body["ignore_eos"] = request.ignore_eos();
+  if (request.has_min_tokens()) body["min_tokens"] = request.min_tokens();
+  body["stream"] = stream;
+  // Final carries usage: a streaming leg asks the engine for its usage chunk
+  // (a non-streaming one gets it from the router, BuildDecodeBody).
+  if (stream) body["stream_options"] = json{{"include_usage", true}};
+  out.parsed = ValidateOpenAiBody(std::move(body), out.api, served_model);
+  return out;
+}
+
+}  // namespace narwhal::server

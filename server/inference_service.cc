@@ -1,0 +1,317 @@
+#include "server/inference_service.h"
+
+#include <memory>
+#include <mutex>
+
+#include "google/rpc/status.pb.h"
+#include "server/grpc_request.h"
+#include "server/status_table.h"
+
+namespace narwhal::server {
+namespace {
+
+using router::ResponseChannel;
+
+// Lets router workers wake a reactor (through the channel's ready callback)
+// without outliving it. gRPC may run OnDone inline inside a Finish that a
+// wake-up triggered, so deletion waits until no wake-up is on the stack:
+// whoever leaves last — OnDone or the last wake-up — deletes the reactor.
+template <typename Reactor>
+class WakeLink {
+ public:
+  explicit WakeLink(Reactor* reactor) : reactor_(reactor) {}
+
+  static std::function<void()> Callback(const std::shared_ptr<WakeLink>& link) {
+    return [link] { link->Wake(); };
+  }
+
+  // From the reactor's OnDone.
+  void Done() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_ = true;
+    if (busy_ > 0) return;  // the running wake-up deletes it
+    lock.unlock();
+    delete reactor_;
+  }
+
+ private:
+  void Wake() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_) return;
+    ++busy_;
+    lock.unlock();
+    reactor_->Pump();
+    lock.lock();
+    const bool remove = --busy_ == 0 && done_;
+    lock.unlock();
+    if (remove) delete reactor_;
+  }
+
+  std::mutex mu_;
+  Reactor* const reactor_;
+  int busy_ = 0;
+  bool done_ = false;
+};
+
+void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
+  const long long prompt = o.prompt_tokens >= 0 ? o.prompt_tokens : 0;
+  usage->set_prompt_tokens(static_cast<uint32_t>(prompt));
+  usage->set_completion_tokens(static_cast<uint32_t>(o.output_tokens));
+  usage->set_total_tokens(static_cast<uint32_t>(prompt + o.output_tokens));
+}
+
+class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateResponse> {
+ public:
+  GenerateReactor(InferenceService& service, grpc::CallbackServerContext* context,
+                  const narwhal::v1::GenerateRequest& request)
+      : link_(std::make_shared<WakeLink<GenerateReactor>>(this)) {
+    InferenceService::Admission admission = service.Admit(context, request, /*stream=*/true);
+    if (!admission.ok) {
+      Finish(GrpcStatusFor(admission.refusal, admission.request.rid));
+      return;
+    }
+    rid_ = admission.request.rid;
+    channel_ = service.router().Submit(std::move(admission.request));
+    channel_->SetReadyCallback(WakeLink<GenerateReactor>::Callback(link_));
+    Pump();
+  }
+
+  // Writes the next message if none is in flight. Called from gRPC
+  // reactions and from router workers (through the wake link).
+  void Pump() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (writing_ || finished_) return;
+    while (true) {
+      switch (channel_->TryNext(&chunk_)) {
+        case ResponseChannel::Pop::kEmpty:
+          return;  // the channel calls back on the next chunk
+        case ResponseChannel::Pop::kChunk: {
+          const uint32_t index = static_cast<uint32_t>(tokens_);
+          tokens_ += chunk_.tokens;
+          if (chunk_.text.empty() && chunk_.finish_reason.empty()) continue;  // metadata
+          response_.Clear();
+          auto* delta = response_.mutable_delta();
+          delta->set_text(chunk_.text);
+          delta->set_token_index(index);
+          delta->set_finish_reason(chunk_.finish_reason);
+          writing_ = true;
+          lock.unlock();
+          StartWrite(&response_);
+          return;
+        }
+        case ResponseChannel::Pop::kEnd: {
+          const router::Outcome& o = channel_->outcome();
+          finished_ = true;
+          if (!o.ok()) {
+            lock.unlock();
+            Finish(GrpcStatusFor(o, rid_));
+            return;
+          }
+          response_.Clear();
+          auto* final = response_.mutable_final();
+          final->set_finish_reason(o.finish_reason);
+          FillUsage(o, final->mutable_usage());
+          final->set_ttft_s(o.ttft_s.value_or(0));
+          final->set_first_byte_s(o.first_byte_s.value_or(0));
+          final->set_request_id(rid_);
+          lock.unlock();
+          StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+          return;
+        }
+      }
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {  // the stream broke: the client is gone
+      channel_->Cancel();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    if (channel_) channel_->Cancel();  // B19; the router then ends the request
+  }
+
+  void OnDone() override { link_->Done(); }
+
+ private:
+  std::shared_ptr<WakeLink<GenerateReactor>> link_;
+  std::shared_ptr<ResponseChannel> channel_;
+  std::string rid_;
+  std::mutex mu_;
+  bool writing_ = false;
+  bool finished_ = false;
+  long long tokens_ = 0;
+  router::Chunk chunk_;
+  narwhal::v1::GenerateResponse response_;
+};
+
+class CompleteReactor : public grpc::ServerUnaryReactor {
+ public:
+  CompleteReactor(InferenceService& service, grpc::CallbackServerContext* context,
+                  const narwhal::v1::GenerateRequest& request,
+                  narwhal::v1::CompleteResponse* response)
+      : link_(std::make_shared<WakeLink<CompleteReactor>>(this)), response_(response) {
+    InferenceService::Admission admission = service.Admit(context, request, /*stream=*/false);
+    if (!admission.ok) {
+      finished_ = true;
+      Finish(GrpcStatusFor(admission.refusal, admission.request.rid));
+      return;
+    }
+    rid_ = admission.request.rid;
+    channel_ = service.router().Submit(std::move(admission.request));
+    channel_->SetReadyCallback(WakeLink<CompleteReactor>::Callback(link_));
+    Pump();
+  }
+
+  void Pump() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_) return;
+    router::Chunk ignored;
+    ResponseChannel::Pop pop;
+    while ((pop = channel_->TryNext(&ignored)) == ResponseChannel::Pop::kChunk) {
+    }
+    if (pop != ResponseChannel::Pop::kEnd) return;
+    finished_ = true;
+    const router::Outcome& o = channel_->outcome();
+    lock.unlock();
+    if (!o.ok()) {
+      Finish(GrpcStatusFor(o, rid_));
+      return;
+    }
+    // The assembled OpenAI response: choice 0's text or message content.
+    const nlohmann::json& body = o.body;
+    std::string text;
+    if (body.contains("choices") && body["choices"].is_array() && !body["choices"].empty()) {
+      const nlohmann::json& c = body["choices"][0];
+      if (c.contains("text") && c["text"].is_string()) {
+        text = c["text"].get<std::string>();
+      } else if (c.contains("message") && c["message"].contains("content") &&
+                 c["message"]["content"].is_string()) {
+        text = c["message"]["content"].get<std::string>();
+      }
+    }
+    response_->set_text(text);
+    response_->set_finish_reason(o.finish_reason);
+    FillUsage(o, response_->mutable_usage());
+    response_->set_ttft_s(o.ttft_s.value_or(0));
+    response_->set_first_byte_s(o.first_byte_s.value_or(0));
+    response_->set_request_id(rid_);
+    Finish(grpc::Status::OK);
+  }
+
+  void OnCancel() override {
+    if (channel_) channel_->Cancel();
+  }
+
+  void OnDone() override { link_->Done(); }
+
+ private:
+  std::shared_ptr<WakeLink<CompleteReactor>> link_;
+  narwhal::v1::CompleteResponse* response_;
+  std::shared_ptr<ResponseChannel> channel_;
+  std::string rid_;
+  std::mutex mu_;
+  bool finished_ = false;
+};
+
+router::Outcome Refusal(int status, router::ErrorType type, std::string reason,
+                        std::string message) {
+  router::Outcome o;
+  o.terminal = status == 401 ? router::Terminal::kRejected : router::Terminal::kInvalid;
+  o.status = status;
+  o.error_type = type;
+  o.reason = std::move(reason);
+  o.message = std::move(message);
+  return o;
+}
+
+}  // namespace
+
+grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& request_id) {
+  const int code = GrpcCodeForStatus(outcome.status, outcome.terminal);
+  narwhal::v1::ErrorInfo info;
+  info.set_http_status(outcome.status);
+  info.set_type(std::string(router::ErrorTypeName(outcome.error_type)));
+  info.set_message(outcome.message);
+  info.set_output_started(outcome.output_started);
+  info.set_request_id(request_id);
+  google::rpc::Status details;
+  details.set_code(code);
+  details.set_message(outcome.message);
+  details.add_details()->PackFrom(info);
+  return grpc::Status(static_cast<grpc::StatusCode>(code), outcome.message,
+                      details.SerializeAsString());
+}
+
+InferenceService::InferenceService(const router::Settings& settings, router::Router& router,
+                                   const router::Clock& clock, std::string api_key)
+    : settings_(settings), router_(router), clock_(clock), api_key_(std::move(api_key)) {}
+
+InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext* context,
+                                                    const narwhal::v1::GenerateRequest& req,
+                                                    bool stream) {
+  Admission a;
+  router::Request& r = a.request;
+  r.rid = router_.NewRequestId();
+  r.client_rid = req.request_id();
+  r.door = router::Door::kGrpc;
+  r.arrived = clock_.Now();
+  r.arrived_wall = clock_.WallNow();
+  r.stream = stream;
+  r.deadline = r.arrived + engines::FromSeconds(settings_.serving.request_timeout_s);
+  // The gRPC deadline is wall-clock; convert the time left once.
+  const auto grpc_deadline = context->deadline();
+  if (grpc_deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left = grpc_deadline - std::chrono::system_clock::now();
+    r.deadline = std::min(r.deadline,
+                          r.arrived + std::chrono::duration_cast<engines::MonoClock::duration>(left));
+  }
+  context->AddInitialMetadata("x-request-id", r.rid);
+
+  if (!api_key_.empty()) {
+    const auto& md = context->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end() || std::string(it->second.data(), it->second.size()) != "Bearer " + api_key_) {
+      a.refusal = Refusal(401, router::ErrorType::kUnauthorized, "unauthorized",
+                          "invalid or missing API key");
+      router_.RecordRefused(r, a.refusal);
+      return a;
+    }
+  }
+  GrpcParsedRequest parsed = TranslateGenerateRequest(req, stream, settings_.model);
+  r.api = parsed.api;
+  if (!parsed.parsed.ok) {
+    const ClientError& e = parsed.parsed.error;
+    a.refusal = Refusal(e.status, router::ErrorType::kInvalidRequest,
+                        e.status == 404 ? "model_not_found" : "invalid_request", e.message);
+    router_.RecordRefused(r, a.refusal);
+    return a;
+  }
+  r.body = std::move(parsed.parsed.body);
+  a.ok = true;
+  return a;
+}
+
+grpc::ServerWriteReactor<narwhal::v1::GenerateResponse>* InferenceService::Generate(
+    grpc::CallbackServerContext* context, const narwhal::v1::GenerateRequest* request) {
+  return new GenerateReactor(*this, context, *request);
+}
+
+grpc::ServerUnaryReactor* InferenceService::Complete(grpc::CallbackServerContext* context,
+                                                     const narwhal::v1::GenerateRequest* request,
+                                                     narwhal::v1::CompleteResponse* response) {
+  return new CompleteReactor(*this, context, *request, response);
+}
+
+}  // namespace narwhal::server
