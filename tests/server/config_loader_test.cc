@@ -1,0 +1,831 @@
+// Tests for server/config_loader: one test per validation rule of the fleet
+// file (SPEC §3), the defaults table, the example files and the JSON form.
+#include "server/config_loader.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace narwhal::server {
+namespace {
+
+using nlohmann::json;
+using router::RestartPolicy;
+using router::Role;
+using router::Settings;
+
+// The smallest valid fleet: one prefill and one decode engine.
+json MinimalConfig() {
+  return {{"model", "m"},
+          {"engines",
+           {{{"iid", "p0"}, {"url", "http://127.0.0.1:8100"}, {"role", "prefill"}},
+            {{"iid", "d0"}, {"url", "http://127.0.0.1:8200"}, {"role", "decode"}}}}};
+}
+
+// MinimalConfig() with config[section][key] = value ("" section: top level).
+json With(const std::string& section, const std::string& key, const json& value) {
+  json config = MinimalConfig();
+  if (section.empty()) {
+    config[key] = value;
+  } else {
+    config[section][key] = value;
+  }
+  return config;
+}
+
+Settings MustParse(const json& config) {
+  absl::StatusOr<Settings> settings = ParseFleetConfig(config.dump());
+  EXPECT_TRUE(settings.ok()) << settings.status();
+  return settings.ok() ? *settings : Settings{};
+}
+
+// The error message of a config that must be rejected.
+std::string ErrorText(const std::string& text) {
+  absl::StatusOr<Settings> settings = ParseFleetConfig(text);
+  EXPECT_FALSE(settings.ok()) << "accepted: " << text;
+  if (settings.ok()) return "";
+  EXPECT_EQ(settings.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(settings.status().message().substr(0, 8), "config: ") << settings.status();
+  return std::string(settings.status().message());
+}
+
+std::string ErrorOf(const json& config) { return ErrorText(config.dump()); }
+
+#define EXPECT_CONTAINS(haystack, needle)               \
+  EXPECT_NE((haystack).find(needle), std::string::npos) \
+      << "missing: " << (needle) << "\nin: " << (haystack)
+
+void ExpectSettingsEq(const Settings& a, const Settings& b) {
+  EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.listen.http, b.listen.http);
+  EXPECT_EQ(a.listen.grpc, b.listen.grpc);
+  EXPECT_EQ(a.listen.admin, b.listen.admin);
+  ASSERT_EQ(a.engines.size(), b.engines.size());
+  for (size_t i = 0; i < a.engines.size(); ++i) {
+    EXPECT_EQ(a.engines[i].iid, b.engines[i].iid);
+    EXPECT_EQ(a.engines[i].url, b.engines[i].url);
+    EXPECT_EQ(a.engines[i].role, b.engines[i].role);
+  }
+  ASSERT_EQ(a.engine_contract.has_value(), b.engine_contract.has_value());
+  if (a.engine_contract) {
+    EXPECT_EQ(a.engine_contract->vllm_version, b.engine_contract->vllm_version);
+    EXPECT_EQ(a.engine_contract->model, b.engine_contract->model);
+    EXPECT_EQ(a.engine_contract->max_model_len, b.engine_contract->max_model_len);
+    EXPECT_EQ(a.engine_contract->connector, b.engine_contract->connector);
+    EXPECT_EQ(a.engine_contract->system_fingerprint, b.engine_contract->system_fingerprint);
+  }
+  EXPECT_EQ(a.serving.max_attempts, b.serving.max_attempts);
+  EXPECT_EQ(a.serving.request_timeout_s, b.serving.request_timeout_s);
+  EXPECT_EQ(a.serving.prefill_timeout_s, b.serving.prefill_timeout_s);
+  EXPECT_EQ(a.serving.handoff_timeout_s, b.serving.handoff_timeout_s);
+  EXPECT_EQ(a.serving.retry_budget, b.serving.retry_budget);
+  EXPECT_EQ(a.serving.retry_replenish, b.serving.retry_replenish);
+  EXPECT_EQ(a.serving.retry_base_s, b.serving.retry_base_s);
+  EXPECT_EQ(a.serving.retry_cap_s, b.serving.retry_cap_s);
+  EXPECT_EQ(a.serving.max_inflight, b.serving.max_inflight);
+  EXPECT_EQ(a.serving.max_request_bytes, b.serving.max_request_bytes);
+  EXPECT_EQ(a.serving.graceful_timeout_s, b.serving.graceful_timeout_s);
+  EXPECT_EQ(a.serving.api_key_env, b.serving.api_key_env);
+  EXPECT_EQ(a.admin.token_env, b.admin.token_env);
+  EXPECT_EQ(a.engine.first_token_timeout_s, b.engine.first_token_timeout_s);
+  EXPECT_EQ(a.engine.decode_read_timeout_s, b.engine.decode_read_timeout_s);
+  EXPECT_EQ(a.engine.connect_timeout_s, b.engine.connect_timeout_s);
+  EXPECT_EQ(a.engine.health_timeout_s, b.engine.health_timeout_s);
+  EXPECT_EQ(a.engine.connector, b.engine.connector);
+  EXPECT_EQ(a.engine.api_key_env, b.engine.api_key_env);
+  EXPECT_EQ(a.recovery.eject_after, b.recovery.eject_after);
+  EXPECT_EQ(a.recovery.failure_quarantine_s, b.recovery.failure_quarantine_s);
+  EXPECT_EQ(a.recovery.readmit_interval_s, b.recovery.readmit_interval_s);
+  EXPECT_EQ(a.recovery.liveness_interval_s, b.recovery.liveness_interval_s);
+  EXPECT_EQ(a.recovery.liveness_misses, b.recovery.liveness_misses);
+  EXPECT_EQ(a.recovery.engine_restart_policy, b.recovery.engine_restart_policy);
+}
+
+// Removes annotation keys ("_...") at every level.
+json WithoutAnnotations(const json& value) {
+  if (value.is_array()) {
+    json out = json::array();
+    for (const json& item : value) out.push_back(WithoutAnnotations(item));
+    return out;
+  }
+  if (!value.is_object()) return value;
+  json out = json::object();
+  for (const auto& item : value.items()) {
+    if (!item.key().empty() && item.key()[0] == '_') continue;
+    out[item.key()] = WithoutAnnotations(item.value());
+  }
+  return out;
+}
+
+std::string ExamplePath(const std::string& name) {
+  return std::string(NARWHAL_SOURCE_DIR) + "/deploy/examples/" + name;
+}
+
+// ---------------------------------------------------------------------------
+// Defaults, examples and the JSON form.
+
+TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
+  const Settings s = MustParse(MinimalConfig());
+  EXPECT_EQ(s.model, "m");
+  EXPECT_EQ(s.listen.http, "127.0.0.1:8000");
+  EXPECT_EQ(s.listen.grpc, "127.0.0.1:50051");
+  EXPECT_EQ(s.listen.admin, "127.0.0.1:50052");
+  EXPECT_FALSE(s.engine_contract.has_value());
+  EXPECT_EQ(s.serving.max_attempts, 1);
+  EXPECT_EQ(s.serving.request_timeout_s, 600.0);
+  EXPECT_EQ(s.serving.prefill_timeout_s, 120.0);
+  EXPECT_EQ(s.serving.handoff_timeout_s, 0.0);
+  EXPECT_EQ(s.serving.retry_budget, 10.0);
+  EXPECT_EQ(s.serving.retry_replenish, 0.1);
+  EXPECT_EQ(s.serving.retry_base_s, 0.1);
+  EXPECT_EQ(s.serving.retry_cap_s, 1.0);
+  EXPECT_EQ(s.serving.max_inflight, 768);
+  EXPECT_EQ(s.serving.max_request_bytes, 4194304);
+  EXPECT_EQ(s.serving.graceful_timeout_s, 30.0);
+  EXPECT_EQ(s.serving.api_key_env, "");
+  EXPECT_EQ(s.admin.token_env, "");
+  EXPECT_EQ(s.engine.first_token_timeout_s, 2.5);
+  EXPECT_EQ(s.engine.decode_read_timeout_s, 10.0);
+  EXPECT_EQ(s.engine.connect_timeout_s, 10.0);
+  EXPECT_EQ(s.engine.health_timeout_s, 5.0);
+  EXPECT_EQ(s.engine.connector, "NixlConnector");
+  EXPECT_EQ(s.engine.api_key_env, "");
+  EXPECT_EQ(s.recovery.eject_after, 3);
+  EXPECT_EQ(s.recovery.failure_quarantine_s, 0.0);
+  EXPECT_EQ(s.recovery.readmit_interval_s, 5.0);
+  EXPECT_EQ(s.recovery.liveness_interval_s, 10.0);
+  EXPECT_EQ(s.recovery.liveness_misses, 2);
+  EXPECT_EQ(s.recovery.engine_restart_policy, RestartPolicy::kIndividual);
+}
+
+TEST(ConfigDefaults, EngineContractDefaults) {
+  const Settings s = MustParse(With("", "engine_contract", {{"vllm_version", "0.29.1"}}));
+  ASSERT_TRUE(s.engine_contract.has_value());
+  EXPECT_EQ(s.engine_contract->vllm_version, "0.29.1");
+  EXPECT_EQ(s.engine_contract->connector, "NixlConnector");
+  EXPECT_FALSE(s.engine_contract->model.has_value());
+  EXPECT_FALSE(s.engine_contract->max_model_len.has_value());
+  EXPECT_FALSE(s.engine_contract->system_fingerprint.has_value());
+}
+
+TEST(ConfigExamples, MinimalExampleLoads) {
+  absl::StatusOr<Settings> s = LoadFleetConfig(ExamplePath("fleet-minimal.json"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->engines.size(), 2u);
+  EXPECT_EQ(s->engines[0].role, Role::kPrefill);
+  EXPECT_EQ(s->engines[1].role, Role::kDecode);
+}
+
+TEST(ConfigExamples, FullExampleLoadsAndSetsEveryKey) {
+  const std::string path = ExamplePath("fleet-full.json");
+  absl::StatusOr<Settings> s = LoadFleetConfig(path);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::ifstream in(path);
+  const json file = json::parse(in);
+  // Every key the loader knows appears in the file, with the loaded value.
+  EXPECT_EQ(WithoutAnnotations(file), SettingsToJson(*s));
+  // The SPEC §3 example values.
+  EXPECT_EQ(s->model, "Qwen/Qwen3-0.6B");
+  EXPECT_EQ(s->engines[0].url, "http://10.0.0.11:8000");
+  EXPECT_EQ(s->engines[1].url, "http://10.0.0.21:8000");
+  ASSERT_TRUE(s->engine_contract.has_value());
+  EXPECT_EQ(s->engine_contract->vllm_version, "0.29.1");
+}
+
+TEST(ConfigJson, DefaultsRoundTrip) {
+  const Settings defaults = MustParse(MinimalConfig());
+  const json out = SettingsToJson(defaults);
+  const Settings again = MustParse(out);
+  ExpectSettingsEq(defaults, again);
+  EXPECT_EQ(SettingsToJson(again), out);
+}
+
+TEST(ConfigJson, EveryFieldRoundTrips) {
+  Settings s = MustParse(MinimalConfig());
+  s.model = "org/model";
+  s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3"};
+  s.engines = {{"a", "http://[::1]:9", Role::kBoth}, {"b", "http://h:10", Role::kDecode}};
+  s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "OtherConnector", "fp"};
+  s.serving = {3, 100, 50, 25, 7, 0.5, 0.25, 2, 99, 2048, 1.5, "CLIENT_KEY"};
+  s.admin.token_env = "ADMIN_TOKEN";
+  s.engine = {1.25, 0, 3, 4, "Conn", "ENGINE_KEY"};
+  s.recovery = {5, 2.5, 1, 3, 4, RestartPolicy::kWholeWave};
+  ExpectSettingsEq(s, MustParse(SettingsToJson(s)));
+}
+
+TEST(ConfigJson, SettingsToJsonListsEveryKey) {
+  const json out = SettingsToJson(MustParse(MinimalConfig()));
+  EXPECT_FALSE(out.contains("engine_contract"));
+  EXPECT_EQ(out["serving"].size(), 12u);
+  EXPECT_EQ(out["engine"].size(), 6u);
+  EXPECT_EQ(out["recovery"].size(), 6u);
+  EXPECT_EQ(out["listen"].size(), 3u);
+  EXPECT_EQ(out["admin"].size(), 1u);
+  EXPECT_EQ(out["engines"][0]["role"], "prefill");
+  EXPECT_EQ(out["recovery"]["engine_restart_policy"], "individual");
+}
+
+// ---------------------------------------------------------------------------
+// Syntax.
+
+TEST(ConfigSyntax, InvalidJsonReportsLineAndColumn) {
+  const std::string message = ErrorText("{\n  \"model\": \"m\",\n    oops\n}");
+  EXPECT_CONTAINS(message, "config: invalid JSON at line 3, column 5: ");
+  EXPECT_CONTAINS(message, "invalid literal");
+  EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+}
+
+TEST(ConfigSyntax, TruncatedJsonReportsPosition) {
+  EXPECT_CONTAINS(ErrorText("{\"model\": \"m\""), "invalid JSON at line 1, column ");
+  EXPECT_CONTAINS(ErrorText(""), "invalid JSON at line 1, column ");
+}
+
+bool IsPrintableAscii(const std::string& s) {
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return false;
+  }
+  return true;
+}
+
+TEST(ConfigSyntax, HostileInputGivesShortPrintableErrors) {
+  const std::string bad_utf8 = ErrorText("{\"model\": \"\xff\xfe\"}");
+  EXPECT_CONTAINS(bad_utf8, "invalid JSON at line 1, column 12: ");
+  EXPECT_CONTAINS(bad_utf8, "\\xFF");
+  EXPECT_TRUE(IsPrintableAscii(bad_utf8)) << bad_utf8;
+
+  const std::string unterminated = ErrorText("{\"model\": \"" + std::string(100000, 'a'));
+  EXPECT_LT(unterminated.size(), 400u);
+  EXPECT_TRUE(IsPrintableAscii(unterminated));
+
+  EXPECT_CONTAINS(ErrorText(std::string(100000, '[')), "invalid JSON at line 1, column 100001");
+  EXPECT_CONTAINS(ErrorText(std::string(100000, '[') + std::string(100000, ']')),
+                  "the top level must be a JSON object");
+  EXPECT_CONTAINS(ErrorText(std::string("{\"model\"\0: 1}", 13)),
+                  "invalid JSON at line 1, column 9");
+  // Values are shown JSON-escaped.
+  json config = MinimalConfig();
+  config["engines"][1]["iid"] = "a\nb\x01";
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "engines[1].iid must not contain spaces or control characters "
+                  "(got \"a\\nb\\u0001\")");
+}
+
+TEST(ConfigSyntax, TopLevelMustBeAnObject) {
+  EXPECT_CONTAINS(ErrorText("[1, 2]"), "the top level must be a JSON object (got array)");
+  EXPECT_CONTAINS(ErrorText("\"text\""), "the top level must be a JSON object (got string)");
+}
+
+TEST(ConfigSyntax, DuplicateKeysRejected) {
+  EXPECT_CONTAINS(ErrorText(R"({"model": "a", "model": "b", "engines": []})"),
+                  "config: model: duplicate key");
+  EXPECT_CONTAINS(ErrorText(R"({"model": "m", "serving": {"max_attempts": 1, "max_attempts": 2},
+                  "engines": [{"iid": "p0", "url": "http://h:1", "iid": "p1"}]})"),
+                  "serving.max_attempts: duplicate key");
+  EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"},
+                            {"iid": "p0", "url": "http://h:1", "iid": "p1"}]})"),
+                  "engines[1].iid: duplicate key");
+}
+
+TEST(ConfigSyntax, AllErrorsAreReportedJoined) {
+  json config = MinimalConfig();
+  config["serving"]["max_attempts"] = 9;
+  config["recovery"]["eject_after"] = 0;
+  const std::string message = ErrorOf(config);
+  EXPECT_CONTAINS(message,
+                  "serving.max_attempts must be between 1 and 3 (got 9); "
+                  "recovery.eject_after must be >= 1 (got 0)");
+}
+
+TEST(ConfigSyntax, ManyErrorsAreCapped) {
+  json config = MinimalConfig();
+  for (int i = 0; i < 30; ++i) config["serving"]["unknown" + std::to_string(100 + i)] = 1;
+  const std::string message = ErrorOf(config);
+  EXPECT_CONTAINS(message, "(10 more errors)");
+}
+
+// ---------------------------------------------------------------------------
+// Unknown keys and annotations.
+
+TEST(ConfigUnknownKeys, RejectedInEverySection) {
+  EXPECT_CONTAINS(ErrorOf(With("", "modle", "m")), "config: modle: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempt", 2)), "serving.max_attempt: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "https", "a:1")), "listen.https: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("admin", "token", "x")), "admin.token: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("engine", "api_key", "x")), "engine.api_key: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("recovery", "readmit_every", 1)),
+                  "recovery.readmit_every: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"image", "x"}})),
+                  "engine_contract.image: unknown key");
+  json config = MinimalConfig();
+  config["engines"][1]["pin"] = false;
+  EXPECT_CONTAINS(ErrorOf(config), "engines[1].pin: unknown key");
+}
+
+TEST(ConfigUnknownKeys, AnnotationsIgnoredAtEveryLevel) {
+  json config = MinimalConfig();
+  config["_comment"] = "top";
+  config["engines"][0]["_note"] = {{"anything", true}};
+  for (const char* section : {"listen", "serving", "admin", "engine", "recovery"}) {
+    config[section]["_why"] = 1;
+  }
+  config["engine_contract"] = {{"vllm_version", "v"}, {"_source", "ops"}};
+  MustParse(config);
+}
+
+// ---------------------------------------------------------------------------
+// Types.
+
+TEST(ConfigTypes, StringsMustBeStrings) {
+  EXPECT_CONTAINS(ErrorOf(With("", "model", 7)), "config: model must be a string (got integer)");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "http", 8000)), "listen.http must be a string");
+  EXPECT_CONTAINS(ErrorOf(With("engine", "connector", nullptr)),
+                  "engine.connector must be a string (got null)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "api_key_env", false)),
+                  "serving.api_key_env must be a string (got boolean)");
+  json config = MinimalConfig();
+  config["engines"][0]["role"] = 1;
+  EXPECT_CONTAINS(ErrorOf(config), "engines[0].role must be a string");
+}
+
+TEST(ConfigTypes, IntegersMustBeIntegers) {
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", 2.5)),
+                  "serving.max_attempts must be an integer (got number 2.5)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", 3.0)),
+                  "serving.max_attempts must be an integer (got number 3.0)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", "2")),
+                  "serving.max_attempts must be an integer (got string \"2\")");
+  EXPECT_CONTAINS(ErrorOf(With("recovery", "liveness_misses", true)),
+                  "recovery.liveness_misses must be an integer (got boolean true)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_request_bytes", 1e6)),
+                  "serving.max_request_bytes must be an integer");
+}
+
+TEST(ConfigTypes, HugeIntegersAreOutOfRange) {
+  EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"}],
+                            "recovery": {"eject_after": 18446744073709551615}})"),
+                  "recovery.eject_after must be <= 2147483647");
+  EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"}],
+                            "serving": {"max_inflight": 99999999999999999999}})"),
+                  "serving.max_inflight must be an integer");
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract",
+                               {{"vllm_version", "v"}, {"max_model_len", 18446744073709551615u}})),
+                  "engine_contract.max_model_len must be <= 9223372036854775807");
+}
+
+TEST(ConfigTypes, DurationsMustBeNumbers) {
+  EXPECT_CONTAINS(ErrorOf(With("serving", "request_timeout_s", "600")),
+                  "serving.request_timeout_s must be a number of seconds (got string)");
+  EXPECT_CONTAINS(ErrorOf(With("engine", "first_token_timeout_s", true)),
+                  "engine.first_token_timeout_s must be a number of seconds (got boolean)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "retry_replenish", "0.1")),
+                  "serving.retry_replenish must be a number (got string)");
+  // Integers are fine for durations.
+  EXPECT_EQ(MustParse(With("engine", "connect_timeout_s", 3)).engine.connect_timeout_s, 3.0);
+}
+
+TEST(ConfigTypes, DurationsMustBeFiniteAndBounded) {
+  EXPECT_CONTAINS(ErrorOf(With("recovery", "readmit_interval_s", 1e308)),
+                  "recovery.readmit_interval_s must be <= 10000000 (got 1e+308)");
+  // nlohmann refuses numbers beyond a double while parsing.
+  EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"}],
+                            "serving": {"graceful_timeout_s": 1e999}})"),
+                  "config: invalid JSON: number overflow parsing '1e999'");
+  EXPECT_EQ(MustParse(With("recovery", "failure_quarantine_s", 1e7)).recovery.failure_quarantine_s,
+            1e7);
+}
+
+TEST(ConfigTypes, SectionsMustBeObjects) {
+  EXPECT_CONTAINS(ErrorOf(With("", "serving", json::array())),
+                  "serving must be an object (got array)");
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", nullptr)),
+                  "engine_contract must be an object (got null)");
+  EXPECT_CONTAINS(ErrorOf(With("", "listen", "127.0.0.1:1")), "listen must be an object");
+}
+
+// ---------------------------------------------------------------------------
+// Required keys.
+
+TEST(ConfigRequired, ModelRequired) {
+  json config = MinimalConfig();
+  config.erase("model");
+  EXPECT_CONTAINS(ErrorOf(config), "config: model is required");
+  EXPECT_CONTAINS(ErrorOf(With("", "model", "")), "model must not be empty");
+}
+
+TEST(ConfigRequired, EnginesRequiredNonEmptyArray) {
+  json config = MinimalConfig();
+  config.erase("engines");
+  EXPECT_CONTAINS(ErrorOf(config), "engines is required");
+  EXPECT_CONTAINS(ErrorOf(With("", "engines", json::array())), "engines must not be empty");
+  EXPECT_CONTAINS(ErrorOf(With("", "engines", json::object())),
+                  "engines must be an array (got object)");
+  EXPECT_CONTAINS(ErrorOf(With("", "engines", {"http://h:1"})),
+                  "engines[0] must be an object (got string)");
+}
+
+TEST(ConfigRequired, EngineIidRequiredNonEmpty) {
+  json config = MinimalConfig();
+  config["engines"][1].erase("iid");
+  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid is required");
+  config["engines"][1]["iid"] = "";
+  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must not be empty");
+  config["engines"][1]["iid"] = "d 0";
+  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must not contain spaces or control characters");
+}
+
+TEST(ConfigRequired, EngineIidUnique) {
+  json config = MinimalConfig();
+  config["engines"].push_back({{"iid", "p0"}, {"url", "http://h:3"}});
+  EXPECT_CONTAINS(ErrorOf(config), "engines[2].iid \"p0\" is a duplicate of engines[0].iid");
+}
+
+TEST(ConfigRequired, EngineUrlRequired) {
+  json config = MinimalConfig();
+  config["engines"][0].erase("url");
+  EXPECT_CONTAINS(ErrorOf(config), "engines[0].url is required");
+}
+
+TEST(ConfigRequired, ContractVllmVersionRequired) {
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"connector", "NixlConnector"}})),
+                  "engine_contract.vllm_version is required");
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", ""}})),
+                  "engine_contract.vllm_version must not be empty");
+}
+
+TEST(ConfigRequired, ContractOptionalFieldsNonEmpty) {
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"model", ""}})),
+                  "engine_contract.model must not be empty");
+  EXPECT_CONTAINS(
+      ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"system_fingerprint", ""}})),
+      "engine_contract.system_fingerprint must not be empty");
+  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", ""}})),
+                  "engine_contract.connector must not be empty");
+}
+
+// ---------------------------------------------------------------------------
+// Engine URLs.
+
+std::string UrlError(const std::string& url) {
+  json config = MinimalConfig();
+  config["engines"][0]["url"] = url;
+  return ErrorOf(config);
+}
+
+std::string ParsedUrl(const std::string& url) {
+  json config = MinimalConfig();
+  config["engines"][0]["url"] = url;
+  return MustParse(config).engines[0].url;
+}
+
+TEST(ConfigEngineUrl, HttpsNotSupported) {
+  EXPECT_CONTAINS(UrlError("https://10.0.0.1:8000"),
+                  "engines[0].url must be http://host:port: https is not supported");
+}
+
+TEST(ConfigEngineUrl, MustBeHttpHostPort) {
+  EXPECT_CONTAINS(UrlError("10.0.0.1:8000"),
+                  "engines[0].url must be http://host:port: must start "
+                  "with http:// (got \"10.0.0.1:8000\")");
+  EXPECT_CONTAINS(UrlError("http://10.0.0.1"),
+                  "engines[0].url must be http://host:port: missing "
+                  ":PORT");
+  EXPECT_CONTAINS(UrlError("http://:8000"), "missing host");
+  EXPECT_CONTAINS(UrlError("http://h:port"), "PORT must be a number");
+  EXPECT_CONTAINS(UrlError("http://user@h:1"), "credentials are not allowed");
+  EXPECT_CONTAINS(UrlError("http://h:1/?x=1"), "a query or fragment is not allowed");
+  EXPECT_CONTAINS(UrlError("http://h ost:1"), "invalid host");
+  EXPECT_CONTAINS(UrlError("http://::1:80"), "IPv6 hosts must be in [brackets]");
+}
+
+TEST(ConfigEngineUrl, PortMustBe1To65535) {
+  EXPECT_CONTAINS(UrlError("http://h:0"),
+                  "engines[0].url must be http://host:port: PORT must "
+                  "be 1..65535");
+  EXPECT_CONTAINS(UrlError("http://h:65536"), "PORT must be 1..65535");
+  EXPECT_EQ(ParsedUrl("http://h:65535"), "http://h:65535");
+}
+
+TEST(ConfigEngineUrl, NoPathExceptSlash) {
+  EXPECT_CONTAINS(UrlError("http://h:1/v1"),
+                  "engines[0].url must be http://host:port: a path is "
+                  "not allowed");
+  EXPECT_CONTAINS(UrlError("http://h:1//"), "a path is not allowed");
+  EXPECT_EQ(ParsedUrl("http://10.0.0.1:8000/"), "http://10.0.0.1:8000");
+}
+
+TEST(ConfigEngineUrl, HostnameAndIpv6Accepted) {
+  EXPECT_EQ(ParsedUrl("http://engine-0.internal:8000"), "http://engine-0.internal:8000");
+  EXPECT_EQ(ParsedUrl("http://[::1]:8000"), "http://[::1]:8000");
+  EXPECT_EQ(ParsedUrl("http://[fe80::1]:8000/"), "http://[fe80::1]:8000");
+}
+
+// ---------------------------------------------------------------------------
+// Roles.
+
+TEST(ConfigRoles, RoleMustBeKnown) {
+  json config = MinimalConfig();
+  config["engines"][0]["role"] = "producer";
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "engines[0].role must be one of \"prefill\", \"decode\", \"both\" (got "
+                  "\"producer\")");
+}
+
+TEST(ConfigRoles, RoleDefaultsToBoth) {
+  const Settings s = MustParse(With("", "engines", {{{"iid", "x"}, {"url", "http://h:1"}}}));
+  ASSERT_EQ(s.engines.size(), 1u);
+  EXPECT_EQ(s.engines[0].role, Role::kBoth);
+}
+
+TEST(ConfigRoles, FleetNeedsADecodeEngine) {
+  json config = MinimalConfig();
+  config["engines"][1]["role"] = "prefill";
+  const std::string message = ErrorOf(config);
+  EXPECT_CONTAINS(message, "engines: no engine can serve the decode role");
+  EXPECT_EQ(message.find("prefill role"), std::string::npos) << message;
+}
+
+TEST(ConfigRoles, FleetNeedsAPrefillEngine) {
+  json config = MinimalConfig();
+  config["engines"][0]["role"] = "decode";
+  EXPECT_CONTAINS(ErrorOf(config), "engines: no engine can serve the prefill role");
+}
+
+TEST(ConfigRoles, OneBothEngineServesBothLegs) {
+  json config = MinimalConfig();
+  config["engines"][0]["role"] = "both";
+  config["engines"][1]["role"] = "both";
+  MustParse(config);
+}
+
+// ---------------------------------------------------------------------------
+// Listeners.
+
+TEST(ConfigListen, AcceptsHostPortForms) {
+  json config = MinimalConfig();
+  config["listen"] = {{"http", "0.0.0.0:0"}, {"grpc", "localhost:65535"}, {"admin", "[::1]:80"}};
+  const Settings s = MustParse(config);
+  EXPECT_EQ(s.listen.http, "0.0.0.0:0");
+  EXPECT_EQ(s.listen.grpc, "localhost:65535");
+  EXPECT_EQ(s.listen.admin, "[::1]:80");
+}
+
+TEST(ConfigListen, MustBeHostPort) {
+  EXPECT_CONTAINS(ErrorOf(With("listen", "http", "8000")),
+                  "listen.http must be HOST:PORT: missing :PORT (got \"8000\")");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "grpc", "h:65536")),
+                  "listen.grpc must be HOST:PORT: PORT must be 0..65535");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "admin", ":50052")),
+                  "listen.admin must be HOST:PORT: missing host");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "admin", "[::1:80")),
+                  "listen.admin must be HOST:PORT: unterminated [IPv6] host");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "admin", "[zz]:80")),
+                  "listen.admin must be HOST:PORT: invalid IPv6 address");
+  EXPECT_CONTAINS(ErrorOf(With("listen", "http", "http://h:1")), "listen.http must be HOST:PORT");
+}
+
+// ---------------------------------------------------------------------------
+// Ranges: one case per rule, named after it.
+
+struct RangeCase {
+  std::string name;
+  std::string section;
+  std::string key;
+  json value;
+  std::string message;  // expected, after "<section>.<key> "
+};
+
+// Keeps test names readable in ctest ("serving.max_attempts=0").
+void PrintTo(const RangeCase& c, std::ostream* os) {
+  *os << c.section << "." << c.key << "=" << c.value.dump();
+}
+
+class ConfigRange : public testing::TestWithParam<RangeCase> {};
+
+TEST_P(ConfigRange, Rejected) {
+  const RangeCase& c = GetParam();
+  json config = MinimalConfig();
+  if (c.section == "engine_contract") config["engine_contract"]["vllm_version"] = "v";
+  config[c.section][c.key] = c.value;
+  EXPECT_CONTAINS(ErrorOf(config), c.section + "." + c.key + " " + c.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, ConfigRange,
+    testing::Values(
+        RangeCase{"MaxAttemptsAtLeast1", "serving", "max_attempts", 0,
+                  "must be between 1 and 3 (got 0)"},
+        RangeCase{"MaxAttemptsAtMost3", "serving", "max_attempts", 4,
+                  "must be between 1 and 3 (got 4)"},
+        RangeCase{"RequestTimeoutPositive", "serving", "request_timeout_s", 0, "must be > 0"},
+        RangeCase{"PrefillTimeoutPositive", "serving", "prefill_timeout_s", -1, "must be > 0"},
+        RangeCase{"HandoffTimeoutNonNegative", "serving", "handoff_timeout_s", -0.5,
+                  "must be >= 0 (got -0.5)"},
+        RangeCase{"RetryBudgetNonNegative", "serving", "retry_budget", -1, "must be >= 0"},
+        RangeCase{"RetryBudgetBounded", "serving", "retry_budget", 1e10, "must be <= 1000000000"},
+        RangeCase{"RetryReplenishNonNegative", "serving", "retry_replenish", -0.1, "must be >= 0"},
+        RangeCase{"RetryReplenishAtMost1", "serving", "retry_replenish", 1.5, "must be <= 1"},
+        RangeCase{"RetryBaseNonNegative", "serving", "retry_base_s", -0.1, "must be >= 0"},
+        RangeCase{"RetryCapNonNegative", "serving", "retry_cap_s", -1, "must be >= 0"},
+        RangeCase{"MaxInflightAtLeast1", "serving", "max_inflight", 0,
+                  "must be between 1 and 100000"},
+        RangeCase{"MaxInflightAtMost100000", "serving", "max_inflight", 100001,
+                  "must be between 1 and 100000"},
+        RangeCase{"MaxRequestBytesAtLeast1024", "serving", "max_request_bytes", 1023,
+                  "must be between 1024 and 1073741824"},
+        RangeCase{"MaxRequestBytesAtMost1GiB", "serving", "max_request_bytes", 1073741825,
+                  "must be between 1024 and 1073741824"},
+        RangeCase{"GracefulTimeoutNonNegative", "serving", "graceful_timeout_s", -1,
+                  "must be >= 0"},
+        RangeCase{"DurationsAtMost1e7Seconds", "serving", "request_timeout_s", 1e7 + 1,
+                  "must be <= 10000000"},
+        RangeCase{"FirstTokenTimeoutPositive", "engine", "first_token_timeout_s", 0, "must be > 0"},
+        RangeCase{"DecodeReadTimeoutNonNegative", "engine", "decode_read_timeout_s", -1,
+                  "must be >= 0"},
+        RangeCase{"ConnectTimeoutPositive", "engine", "connect_timeout_s", 0, "must be > 0"},
+        RangeCase{"HealthTimeoutPositive", "engine", "health_timeout_s", 0, "must be > 0"},
+        RangeCase{"EngineConnectorNonEmpty", "engine", "connector", "", "must not be empty"},
+        RangeCase{"EjectAfterAtLeast1", "recovery", "eject_after", 0, "must be >= 1 (got 0)"},
+        RangeCase{"EjectAfterFitsInt", "recovery", "eject_after", 2147483648LL,
+                  "must be <= 2147483647"},
+        RangeCase{"FailureQuarantineNonNegative", "recovery", "failure_quarantine_s", -1,
+                  "must be >= 0"},
+        RangeCase{"ReadmitIntervalPositive", "recovery", "readmit_interval_s", 0, "must be > 0"},
+        RangeCase{"LivenessIntervalNonNegative", "recovery", "liveness_interval_s", -1,
+                  "must be >= 0"},
+        RangeCase{"LivenessMissesAtLeast1", "recovery", "liveness_misses", 0, "must be >= 1"},
+        RangeCase{"RestartPolicyKnown", "recovery", "engine_restart_policy", "wave",
+                  "must be one of \"individual\", \"whole_wave\" (got \"wave\")"},
+        RangeCase{"MaxModelLenAtLeast1", "engine_contract", "max_model_len", 0,
+                  "must be >= 1 (got 0)"},
+        RangeCase{"ServingApiKeyEnvIsEnvName", "serving", "api_key_env", "1KEY",
+                  "must be empty or an environment variable name matching "
+                  "[A-Za-z_][A-Za-z0-9_]* (got \"1KEY\")"},
+        RangeCase{"AdminTokenEnvIsEnvName", "admin", "token_env", "ADMIN-TOKEN",
+                  "must be empty or an environment variable name"},
+        RangeCase{"EngineApiKeyEnvIsEnvName", "engine", "api_key_env", "$KEY",
+                  "must be empty or an environment variable name"}),
+    [](const testing::TestParamInfo<RangeCase>& info) { return info.param.name; });
+
+// Values on the edge of each range are accepted.
+TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
+  json config = MinimalConfig();
+  config["serving"] = {{"max_attempts", 3},        {"request_timeout_s", 1e7},
+                       {"prefill_timeout_s", 1e7}, {"handoff_timeout_s", 0},
+                       {"retry_budget", 0},        {"retry_replenish", 1},
+                       {"retry_base_s", 0},        {"retry_cap_s", 0},
+                       {"max_inflight", 100000},   {"max_request_bytes", 1073741824},
+                       {"graceful_timeout_s", 0},  {"api_key_env", "_K1"}};
+  config["engine"] = {
+      {"first_token_timeout_s", 1e7}, {"decode_read_timeout_s", 0}, {"api_key_env", ""}};
+  config["recovery"] = {{"eject_after", 1},
+                        {"failure_quarantine_s", 0},
+                        {"liveness_interval_s", 0},
+                        {"liveness_misses", 1}};
+  config["engine_contract"] = {{"vllm_version", "v"}, {"max_model_len", 1}};
+  const Settings s = MustParse(config);
+  EXPECT_EQ(s.serving.max_attempts, 3);
+  EXPECT_EQ(s.serving.max_request_bytes, 1073741824);
+  EXPECT_EQ(s.serving.api_key_env, "_K1");
+  EXPECT_EQ(s.engine_contract->max_model_len, 1);
+
+  config["serving"]["max_attempts"] = 1;
+  config["serving"]["retry_replenish"] = 0;
+  config["serving"]["max_inflight"] = 1;
+  config["serving"]["max_request_bytes"] = 1024;
+  MustParse(config);
+}
+
+// ---------------------------------------------------------------------------
+// Rules that relate two keys.
+
+TEST(ConfigCrossField, PrefillTimeoutAtMostRequestTimeout) {
+  json config = MinimalConfig();
+  config["serving"] = {{"request_timeout_s", 60}, {"prefill_timeout_s", 61}};
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "serving.prefill_timeout_s must be <= serving.request_timeout_s (60) (got 61)");
+}
+
+TEST(ConfigCrossField, DefaultPrefillTimeoutChecksAgainstShortRequestTimeout) {
+  EXPECT_CONTAINS(ErrorOf(With("serving", "request_timeout_s", 30)),
+                  "serving.prefill_timeout_s must be <= serving.request_timeout_s (30) (got 120)");
+}
+
+TEST(ConfigCrossField, HandoffTimeoutAtMostRequestTimeout) {
+  json config = MinimalConfig();
+  config["serving"] = {
+      {"request_timeout_s", 60}, {"prefill_timeout_s", 10}, {"handoff_timeout_s", 60.5}};
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "serving.handoff_timeout_s must be <= serving.request_timeout_s (60) "
+                  "(got 60.5)");
+}
+
+TEST(ConfigCrossField, RetryCapAtLeastRetryBase) {
+  json config = MinimalConfig();
+  config["serving"] = {{"retry_base_s", 0.5}, {"retry_cap_s", 0.25}};
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "serving.retry_cap_s must be >= serving.retry_base_s (0.5) (got 0.25)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "retry_base_s", 2)),
+                  "serving.retry_cap_s must be >= serving.retry_base_s (2) (got 1)");
+}
+
+TEST(ConfigCrossField, FirstTokenTimeoutAtMostRequestTimeout) {
+  json config = MinimalConfig();
+  config["serving"] = {{"request_timeout_s", 5}, {"prefill_timeout_s", 5}};
+  config["engine"] = {{"first_token_timeout_s", 6}};
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "engine.first_token_timeout_s must be <= serving.request_timeout_s (5) (got 6)");
+}
+
+TEST(ConfigCrossField, WholeWaveRequiresLiveness) {
+  json config = MinimalConfig();
+  config["recovery"] = {{"engine_restart_policy", "whole_wave"}, {"liveness_interval_s", 0}};
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "recovery.engine_restart_policy \"whole_wave\" requires "
+                  "recovery.liveness_interval_s > 0");
+  config["recovery"]["liveness_interval_s"] = 1;
+  EXPECT_EQ(MustParse(config).recovery.engine_restart_policy, RestartPolicy::kWholeWave);
+}
+
+TEST(ConfigCrossField, SkippedWhenOneSideIsInvalid) {
+  json config = MinimalConfig();
+  config["serving"] = {{"request_timeout_s", -1}};
+  config["engine"] = {{"first_token_timeout_s", 9999}};
+  const std::string message = ErrorOf(config);
+  EXPECT_CONTAINS(message, "serving.request_timeout_s must be > 0");
+  EXPECT_EQ(message.find("prefill_timeout_s"), std::string::npos) << message;
+  EXPECT_EQ(message.find("first_token_timeout_s"), std::string::npos) << message;
+}
+
+// ---------------------------------------------------------------------------
+// Environment-variable names.
+
+TEST(ConfigEnvNames, EmptyOrIdentifierAccepted) {
+  json config = MinimalConfig();
+  config["serving"]["api_key_env"] = "NARWHAL_API_KEY";
+  config["admin"]["token_env"] = "";
+  config["engine"]["api_key_env"] = "engine_key_2";
+  const Settings s = MustParse(config);
+  EXPECT_EQ(s.serving.api_key_env, "NARWHAL_API_KEY");
+  EXPECT_EQ(s.admin.token_env, "");
+  EXPECT_EQ(s.engine.api_key_env, "engine_key_2");
+}
+
+// ---------------------------------------------------------------------------
+// Files.
+
+class TempFile {
+ public:
+  explicit TempFile(const std::string& contents) {
+    char name[] = "/tmp/narwhal_config_test_XXXXXX";
+    const int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    path_ = name;
+    EXPECT_EQ(write(fd, contents.data(), contents.size()), static_cast<ssize_t>(contents.size()));
+    close(fd);
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(ConfigFile, MissingFileIsNotFound) {
+  absl::StatusOr<Settings> s = LoadFleetConfig("/nonexistent/fleet.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_CONTAINS(std::string(s.status().message()),
+                  "config /nonexistent/fleet.json: cannot read: No such file or directory");
+}
+
+TEST(ConfigFile, DirectoryIsNotAFile) {
+  absl::StatusOr<Settings> s = LoadFleetConfig("/tmp");
+  ASSERT_FALSE(s.ok());
+  EXPECT_CONTAINS(std::string(s.status().message()),
+                  "config /tmp: cannot read: not a regular file");
+}
+
+TEST(ConfigFile, ErrorsNameTheFile) {
+  TempFile file(With("serving", "max_attempts", 7).dump());
+  absl::StatusOr<Settings> s = LoadFleetConfig(file.path());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(std::string(s.status().message()),
+                  "config " + file.path() + ": serving.max_attempts must be between 1 and 3");
+}
+
+TEST(ConfigFile, ValidFileLoads) {
+  TempFile file(MinimalConfig().dump(2));
+  absl::StatusOr<Settings> s = LoadFleetConfig(file.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model, "m");
+}
+
+}  // namespace
+}  // namespace narwhal::server
