@@ -59,6 +59,15 @@ class DecodeObserver {
   virtual bool OnEvent(std::string_view data, const StreamEvent& event) = 0;
 };
 
+// A control-plane exchange (health, identity, probes): status 0 means no
+// HTTP response arrived and `error` says why.
+struct ControlResponse {
+  int status = 0;
+  std::string body;
+  std::string error;
+  bool ok() const { return status >= 200 && status < 300; }
+};
+
 struct DecodeOutcome {
   std::optional<EngineFailure> failure;  // empty: generated output, then [DONE]
   bool ok() const { return !failure.has_value(); }
@@ -77,6 +86,13 @@ class EngineClient {
   virtual DecodeOutcome Decode(const EngineTarget& consumer, const PrefillResult& handoff,
                                const nlohmann::json& client_body, bool client_streams,
                                const LegOptions& options, DecodeObserver& observer) = 0;
+
+  // A bounded control request to an engine: GET (empty body) or POST of a
+  // JSON body, at most `timeout_s` in all. Used for /health, /version,
+  // /v1/models and identity checks; never for client traffic.
+  virtual ControlResponse Control(const EngineTarget& engine, std::string_view method,
+                                  std::string_view path, const std::string& body,
+                                  double timeout_s) = 0;
 };
 
 }  // namespace narwhal::engines

@@ -478,4 +478,64 @@ DecodeOutcome HttpEngineClient::Decode(const EngineTarget& consumer, const Prefi
   return out;
 }
 
+ControlResponse HttpEngineClient::Control(const EngineTarget& engine, std::string_view method,
+                                          std::string_view path, const std::string& body,
+                                          double timeout_s) {
+  ControlResponse out;
+  std::string host;
+  int port = 0;
+  if (!ParseEngineUrl(engine.url, &host, &port)) {
+    out.error = "bad engine url " + engine.url;
+    return out;
+  }
+  LegOptions options;
+  options.backend_request_id = "narwhal-control";
+  const MonoTime deadline = MonoClock::now() + FromSeconds(timeout_s);
+  Leg leg(watchdog_, host, port, options);
+  const auto bound = Remaining(deadline);
+  leg.client().set_connection_timeout(
+      std::min(bound, std::chrono::duration_cast<std::chrono::microseconds>(
+                          FromSeconds(options_.connect_timeout_s))));
+  leg.client().set_read_timeout(bound);
+  leg.client().set_write_timeout(bound);
+  leg.timer().ArmAt(deadline);  // a total bound, not only an idle one
+
+  httplib::Request req;
+  req.method = std::string(method);
+  req.path = std::string(path);
+  if (!options_.api_key.empty()) req.set_header("Authorization", "Bearer " + options_.api_key);
+  if (!body.empty()) {
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+  }
+  bool too_large = false;
+  req.response_handler = [&](const httplib::Response& r) {
+    out.status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (out.body.size() + n > options_.max_response_bytes) {
+      too_large = true;
+      return false;
+    }
+    out.body.append(data, n);
+    return true;
+  };
+  httplib::Result res = leg.client().send(req);
+  const bool timed_out = leg.Finish();
+  if (timed_out) {
+    out.status = 0;
+    out.error = "no answer within " + FormatSeconds(timeout_s);
+  } else if (too_large) {
+    out.status = 0;
+    out.error = "response exceeds " + std::to_string(options_.max_response_bytes) + " bytes";
+  } else if (out.status == 0) {
+    out.error = httplib::to_string(res.error());
+  } else if (res.error() != httplib::Error::Success) {
+    out.status = 0;
+    out.error = "connection lost while reading the response: " + httplib::to_string(res.error());
+  }
+  return out;
+}
+
 }  // namespace narwhal::engines

@@ -39,6 +39,10 @@ class HttpEngineClient : public EngineClient {
                        const nlohmann::json& client_body, bool client_streams,
                        const LegOptions& options, DecodeObserver& observer) override;
 
+  ControlResponse Control(const EngineTarget& engine, std::string_view method,
+                          std::string_view path, const std::string& body,
+                          double timeout_s) override;
+
   const HttpEngineClientOptions& options() const { return options_; }
 
  private:

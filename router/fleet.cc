@@ -9,6 +9,21 @@ namespace {
 
 int PhaseIndex(Phase p) { return p == Phase::kPrefill ? 0 : 1; }
 
+nlohmann::json EventJson(const BreakerEvent& e, double at) {
+  nlohmann::json j = {{"event", e.kind}, {"at", at}, {"iid", e.iid}};
+  auto put = [&j](const char* key, const std::string& value) {
+    if (!value.empty()) j[key] = value;
+  };
+  put("hold_kind", e.hold_kind);
+  put("cause", e.cause);
+  put("evidence", e.evidence);
+  put("probe_kind", e.probe_kind);
+  put("outcome", e.outcome);
+  put("producer", e.producer);
+  put("detail", e.detail);
+  return j;
+}
+
 }  // namespace
 
 Fleet::Reservation& Fleet::Reservation::operator=(Reservation&& other) noexcept {
@@ -29,11 +44,14 @@ void Fleet::Reservation::Release() {
   fleet_ = nullptr;
 }
 
-Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics)
+Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Journal* journal,
+             EventBus* events)
     : settings_(settings),
       clock_(clock),
       metrics_(metrics),
-      book_(settings.engines, settings.recovery),
+      journal_(journal),
+      events_(events),
+      book_(settings.engines, settings.recovery, settings.engine_contract.has_value()),
       gauges_(settings.engines.size()),
       inflight_(settings.engines.size(), {0, 0}) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -49,14 +67,11 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics)
       }
       g.quarantined = &metrics_->engine_quarantined.Add({{"iid", iid}});
       g.in_placement = &metrics_->engine_in_placement.Add({{"iid", iid}});
+      g.held_timed = &metrics_->engine_held.Add({{"iid", iid}, {"kind", "timed"}});
+      g.held_inference = &metrics_->engine_held.Add({{"iid", iid}, {"kind", "inference"}});
     }
     PublishLocked(i);
   }
-}
-
-void Fleet::PublishAll() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < book_.size(); ++i) PublishLocked(i);
 }
 
 std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
@@ -71,7 +86,8 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
     const std::string& iid = book_.engine(i).settings.iid;
     if (!book_.Eligible(i, prefill, now)) continue;
     if (std::find(excluded.begin(), excluded.end(), iid) != excluded.end()) continue;
-    candidates.push_back(Candidate{i, inflight_[i][PhaseIndex(phase)], !avoid.empty() && iid == avoid});
+    candidates.push_back(
+        Candidate{i, inflight_[i][PhaseIndex(phase)], !avoid.empty() && iid == avoid});
   }
   const std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation_++);
   if (!pos) return std::nullopt;
@@ -82,8 +98,7 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
   r.fleet_ = this;
   r.index_ = index;
   r.phase_ = phase;
-  r.target_ = engines::EngineTarget{book_.engine(index).settings.iid,
-                                    book_.engine(index).settings.url};
+  r.target_ = Target(index);
   return r;
 }
 
@@ -104,17 +119,24 @@ void Fleet::ReleaseSlot(size_t index, Phase phase) {
   PublishLocked(index);
 }
 
-bool Fleet::RecordFailure(const engines::EngineFailure& failure) {
-  if (failure.breaker_class == BreakerClass::kNone) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  const int i = book_.Find(failure.evidence_iid);
-  if (i < 0) return false;
-  const std::string cause = std::string(engines::PhaseName(failure.phase)) + " " +
-                            std::string(engines::FailureReasonName(failure.reason)) + ": " +
-                            failure.detail;
-  const bool quarantined = book_.RecordFailure(i, failure.breaker_class, cause, clock_.Now());
-  PublishLocked(i);
-  return quarantined;
+void Fleet::RecordFailure(const engines::EngineFailure& failure, const std::string& producer) {
+  if (failure.breaker_class == BreakerClass::kNone) return;
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int i = book_.Find(failure.evidence_iid);
+    if (i < 0) return;
+    const std::string cause = std::string(engines::PhaseName(failure.phase)) + " " +
+                              std::string(engines::FailureReasonName(failure.reason)) + ": " +
+                              failure.detail;
+    // Evidence against a producer raised on the decode leg (B3) is about its
+    // prefill side.
+    const Phase side = failure.evidence_iid != failure.iid ? Phase::kPrefill : failure.phase;
+    events = book_.RecordFailure(i, failure.breaker_class, side,
+                                 side == Phase::kDecode ? producer : "", cause, clock_.Now());
+    PublishLocked(i);
+  }
+  Emit(events);
 }
 
 void Fleet::RecordSuccess(const std::string& iid, Success kind) {
@@ -125,9 +147,157 @@ void Fleet::RecordSuccess(const std::string& iid, Success kind) {
   PublishLocked(i);
 }
 
+std::vector<ProbeTask> Fleet::TakeDueProbes() {
+  const MonoTime now = clock_.Now();
+  std::vector<ProbeTask> tasks;
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events = book_.ExpireQuarantines(now);
+    std::vector<bool> idle(book_.size());
+    for (size_t i = 0; i < book_.size(); ++i) {
+      idle[i] = inflight_[i][0] == 0 && inflight_[i][1] == 0;
+    }
+    tasks = book_.TakeDueProbes(now, idle);
+    for (size_t i = 0; i < book_.size(); ++i) PublishLocked(i);
+  }
+  Emit(events);
+  return tasks;
+}
+
+void Fleet::CompleteProbe(const ProbeTask& task, ProbeOutcome outcome, const std::string& detail,
+                          const std::string& producer) {
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events = book_.CompleteProbe(task.index, task.kind, outcome, detail, producer, clock_.Now());
+    PublishLocked(task.index);
+  }
+  Emit(events);
+}
+
+void Fleet::RecordProbeAttempt(const ProbeTask& task, ProbeOutcome outcome,
+                               const std::string& producer, const std::string& detail) {
+  BreakerEvent e;
+  e.kind = "engine_probe";
+  e.iid = Target(task.index).iid;
+  e.probe_kind = std::string(ProbeKindName(task.kind));
+  e.outcome = std::string(ProbeOutcomeName(outcome));
+  e.producer = producer;
+  e.detail = detail;
+  Emit({e});
+}
+
+Phase Fleet::ProbeSide(size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return book_.ProbeSide(index);
+}
+
+std::string Fleet::RecordedProducer(size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return book_.RecordedProducer(index);
+}
+
+engines::EngineTarget Fleet::Target(size_t index) const {
+  const EngineSettings& e = settings_.engines[index];
+  return engines::EngineTarget{e.iid, e.url};
+}
+
+std::vector<engines::EngineTarget> Fleet::LiveProducers(const std::string& except) const {
+  const MonoTime now = clock_.Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<size_t> live;
+  for (size_t i = 0; i < book_.size(); ++i) {
+    if (book_.engine(i).settings.iid != except && book_.Eligible(i, true, now)) live.push_back(i);
+  }
+  std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
+    if (inflight_[a][0] != inflight_[b][0]) return inflight_[a][0] < inflight_[b][0];
+    return book_.engine(a).settings.iid < book_.engine(b).settings.iid;
+  });
+  std::vector<engines::EngineTarget> out;
+  for (size_t i : live) out.push_back(Target(i));
+  return out;
+}
+
+std::optional<engines::EngineTarget> Fleet::LiveConsumer(const std::string& except) const {
+  const MonoTime now = clock_.Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<size_t> best;
+  for (size_t i = 0; i < book_.size(); ++i) {
+    if (book_.engine(i).settings.iid == except || !book_.Eligible(i, false, now)) continue;
+    if (!best || inflight_[i][1] < inflight_[*best][1]) best = i;
+  }
+  if (!best) return std::nullopt;
+  return Target(*best);
+}
+
+int Fleet::Find(const std::string& iid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return book_.Find(iid);
+}
+
+absl::Status Fleet::Eject(const std::string& iid, const std::string& detail) {
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int i = book_.Find(iid);
+    if (i < 0) return absl::NotFoundError("no engine " + iid);
+    events = book_.Eject(i, EjectCause::kOperator, detail, clock_.Now());
+    PublishLocked(i);
+  }
+  Emit(events);
+  return absl::OkStatus();
+}
+
+absl::Status Fleet::Drain(const std::string& iid) {
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int i = book_.Find(iid);
+    if (i < 0) return absl::NotFoundError("no engine " + iid);
+    events = book_.Drain(i);
+    PublishLocked(i);
+  }
+  Emit(events);
+  return absl::OkStatus();
+}
+
+absl::Status Fleet::Readmit(const std::string& iid, const std::string& evidence) {
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int i = book_.Find(iid);
+    if (i < 0) return absl::NotFoundError("no engine " + iid);
+    events = book_.Readmit(i, evidence, clock_.Now());
+    PublishLocked(i);
+  }
+  Emit(events);
+  return absl::OkStatus();
+}
+
+absl::Status Fleet::ReleaseQuarantine(const std::string& iid) {
+  std::vector<BreakerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int i = book_.Find(iid);
+    if (i < 0) return absl::NotFoundError("no engine " + iid);
+    events = book_.ReleaseQuarantine(i, "operator");
+    PublishLocked(i);
+    if (events.empty()) {
+      return absl::FailedPreconditionError("engine " + iid + " is not quarantined");
+    }
+  }
+  Emit(events);
+  return absl::OkStatus();
+}
+
 bool Fleet::Ready(std::string* why) const {
   const MonoTime now = clock_.Now();
   std::lock_guard<std::mutex> lock(mu_);
+  if (std::string wave = book_.WaveHoldReason(); !wave.empty()) {
+    if (why != nullptr) *why = wave;
+    return false;
+  }
   const bool prefill = book_.EligibleCount(true, now) > 0;
   const bool decode = book_.EligibleCount(false, now) > 0;
   if (prefill && decode) return true;
@@ -140,26 +310,103 @@ bool Fleet::Ready(std::string* why) const {
   return false;
 }
 
+EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
+  const EngineBreaker& e = book_.engine(i);
+  EngineSnapshot s;
+  s.settings = e.settings;
+  s.state = book_.State(i, now);
+  s.streak = e.streak;
+  s.inflight_prefill = inflight_[i][0];
+  s.inflight_decode = inflight_[i][1];
+  s.probe_failures = e.probe_failures;
+  s.probe_running = e.probe_running;
+  s.liveness_misses = e.liveness_misses;
+  if (e.hold) {
+    s.hold_kind = "inference";
+    s.hold_cause = e.hold->cause;
+    s.held_for_s = engines::Seconds(now - e.hold->started);
+  } else if (e.quarantine && now < e.quarantine->until) {
+    s.hold_kind = "timed";
+    s.hold_cause = e.quarantine->cause;
+    s.hold_remaining_s = engines::Seconds(e.quarantine->until - now);
+    s.held_for_s = engines::Seconds(now - e.quarantine->started);
+  }
+  if (e.ejection) {
+    s.ejection_cause = std::string(EjectCauseName(e.ejection->cause));
+    s.ejection_detail = e.ejection->detail;
+    s.ejected_for_s = engines::Seconds(now - e.ejection->at);
+  }
+  if (e.last_ejection_cause) s.last_ejection_cause = std::string(EjectCauseName(*e.last_ejection_cause));
+  if (e.last_probe) {
+    s.last_probe_kind = std::string(ProbeKindName(e.last_probe->kind));
+    s.last_probe_outcome = std::string(ProbeOutcomeName(e.last_probe->outcome));
+    s.last_probe_detail = e.last_probe->detail;
+    s.last_probe_age_s = engines::Seconds(now - e.last_probe->at);
+  }
+  if ((e.hold || e.ejection) && e.next_probe_at != MonoTime::max()) {
+    s.next_probe_in_s = std::max(0.0, engines::Seconds(e.next_probe_at - now));
+  }
+  switch (s.state) {
+    case PlacementState::kServing: {
+      const std::string wave = book_.WaveHoldReason();
+      if (!wave.empty()) s.explanation = wave;
+      break;
+    }
+    case PlacementState::kDraining:
+      s.explanation = "drained by an operator; readmit to return it";
+      break;
+    case PlacementState::kEjected:
+      s.explanation = "ejected (" + s.ejection_cause + "): " + s.ejection_detail +
+                      (e.ejection->inference_suspect
+                           ? "; returns when an inference probe passes"
+                           : "; returns when a health check passes");
+      break;
+    case PlacementState::kHeld:
+      s.explanation = "inference hold: " + s.hold_cause + "; returns when an inference probe passes";
+      break;
+    case PlacementState::kQuarantined:
+      s.explanation = "quarantined after a failed leg (" + s.hold_cause + ")";
+      break;
+  }
+  return s;
+}
+
 std::vector<EngineSnapshot> Fleet::Snapshot() const {
   const MonoTime now = clock_.Now();
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<EngineSnapshot> out;
   out.reserve(book_.size());
-  for (size_t i = 0; i < book_.size(); ++i) {
-    const EngineBreaker& e = book_.engine(i);
-    EngineSnapshot s;
-    s.settings = e.settings;
-    s.state = book_.State(i, now);
-    s.streak = e.streak;
-    s.inflight_prefill = inflight_[i][0];
-    s.inflight_decode = inflight_[i][1];
-    if (e.quarantine && now < e.quarantine->until) {
-      s.quarantine_remaining_s = engines::Seconds(e.quarantine->until - now);
-      s.quarantine_cause = e.quarantine->cause;
-    }
-    out.push_back(std::move(s));
-  }
+  for (size_t i = 0; i < book_.size(); ++i) out.push_back(SnapshotLocked(i, now));
   return out;
+}
+
+void Fleet::PublishAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < book_.size(); ++i) PublishLocked(i);
+}
+
+void Fleet::PublishEvent(nlohmann::json event) {
+  if (!event.contains("at")) event["at"] = clock_.WallNow();
+  if (events_ != nullptr) event = events_->Publish(std::move(event));
+  if (journal_ != nullptr) journal_->Write(event);
+}
+
+void Fleet::Emit(const std::vector<BreakerEvent>& events) {
+  for (const BreakerEvent& e : events) {
+    if (metrics_ != nullptr) {
+      if (e.kind == "engine_ejected") {
+        metrics_->engine_ejections_total.Add({{"iid", e.iid}, {"cause", e.cause}}).Increment();
+      } else if (e.kind == "engine_probe") {
+        metrics_->engine_probes_total
+            .Add({{"iid", e.iid}, {"kind", e.probe_kind}, {"outcome", e.outcome}})
+            .Increment();
+      } else if (e.kind == "engine_readmitted") {
+        metrics_->engine_readmissions_total.Add({{"iid", e.iid}, {"evidence", e.evidence}})
+            .Increment();
+      }
+    }
+    PublishEvent(EventJson(e, clock_.WallNow()));
+  }
 }
 
 void Fleet::PublishLocked(size_t i) {
@@ -171,7 +418,9 @@ void Fleet::PublishLocked(size_t i) {
   for (int c = 1; c < engines::kBreakerClassCount; ++c) g.streak[c]->Set(e.streak[c]);
   const PlacementState state = book_.State(i, clock_.Now());
   g.quarantined->Set(state == PlacementState::kQuarantined ? 1 : 0);
-  g.in_placement->Set(state == PlacementState::kServing ? 1 : 0);
+  g.held_timed->Set(state == PlacementState::kQuarantined ? 1 : 0);
+  g.held_inference->Set(state == PlacementState::kHeld ? 1 : 0);
+  g.in_placement->Set(state == PlacementState::kServing && book_.WaveHoldReason().empty() ? 1 : 0);
 }
 
 }  // namespace narwhal::router

@@ -1,9 +1,11 @@
 // Fleet: the engines, their in-flight legs and their breaker state, shared by
-// every request. Thread-safe (one mutex; every operation is short).
+// every request, the fleet monitor and the admin service. Thread-safe (one
+// mutex; every operation is short and does no I/O).
 //
 // Placement and reservation happen together (PickAndReserve) so concurrent
 // requests see each other's legs. A Reservation is RAII: its destruction
-// releases the slot on every path (B7).
+// releases the slot on every path (B7). Every breaker change is published
+// once: to the metrics, the journal (event rows) and the event bus.
 #ifndef NARWHAL_ROUTER_FLEET_H_
 #define NARWHAL_ROUTER_FLEET_H_
 
@@ -13,16 +15,18 @@
 #include <string>
 #include <vector>
 
+#include <absl/status/status.h>
+
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
 #include "router/breaker_book.h"
 #include "router/clock.h"
+#include "router/event_bus.h"
+#include "router/journal.h"
 #include "router/metrics.h"
 #include "router/settings.h"
 
 namespace narwhal::router {
-
-using engines::Phase;
 
 // A read-only view of one engine (admin API, /ready, tests).
 struct EngineSnapshot {
@@ -31,14 +35,34 @@ struct EngineSnapshot {
   std::array<int, engines::kBreakerClassCount> streak{};
   int inflight_prefill = 0;
   int inflight_decode = 0;
-  std::optional<double> quarantine_remaining_s;
-  std::string quarantine_cause;
+  // The hold keeping it out, if any: "timed" (quarantine) or "inference".
+  std::string hold_kind;
+  std::optional<double> hold_remaining_s;  // timed holds only
+  std::string hold_cause;
+  std::optional<double> held_for_s;
+  // Ejection.
+  std::string ejection_cause;
+  std::string ejection_detail;
+  std::optional<double> ejected_for_s;
+  std::string last_ejection_cause;
+  // Probes.
+  std::string last_probe_kind;
+  std::string last_probe_outcome;
+  std::string last_probe_detail;
+  std::optional<double> last_probe_age_s;
+  std::optional<double> next_probe_in_s;
+  int probe_failures = 0;
+  bool probe_running = false;
+  int liveness_misses = 0;
+  // Why it is out of placement, in one sentence ("" when serving).
+  std::string explanation;
 };
 
 class Fleet {
  public:
-  // `metrics` may be null (tests).
-  Fleet(const Settings& settings, const Clock& clock, Metrics* metrics);
+  // `metrics`, `journal` and `events` may be null.
+  Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Journal* journal = nullptr,
+        EventBus* events = nullptr);
 
   class Reservation {
    public:
@@ -66,34 +90,69 @@ class Fleet {
   // Whether a leg of `phase` could be placed outside `excluded` now.
   bool CanPlace(Phase phase, const std::vector<std::string>& excluded) const;
 
-  // Breaker evidence from a failed leg (uses failure.evidence_iid and
-  // breaker_class; no-op for kNone). Returns true if it started a quarantine.
-  bool RecordFailure(const engines::EngineFailure& failure);
+  // Breaker evidence from a failed client leg (uses failure.evidence_iid and
+  // breaker_class; no-op for kNone). `producer` is the attempt's producer.
+  void RecordFailure(const engines::EngineFailure& failure, const std::string& producer = "");
   void RecordSuccess(const std::string& iid, Success kind);
+
+  // --- fleet monitor ---
+  // Probes due now (marked running), and timed holds that expired.
+  std::vector<ProbeTask> TakeDueProbes();
+  void CompleteProbe(const ProbeTask& task, ProbeOutcome outcome, const std::string& detail,
+                     const std::string& producer = "");
+  // A probe attempt that did not settle the probe (a producer that failed).
+  void RecordProbeAttempt(const ProbeTask& task, ProbeOutcome outcome, const std::string& producer,
+                          const std::string& detail);
+  // What an inference probe of `index` exercises: the phase of the failures
+  // that held it, and (decode side) the producer of the failed transfer.
+  Phase ProbeSide(size_t index) const;
+  std::string RecordedProducer(size_t index) const;
+  engines::EngineTarget Target(size_t index) const;
+  // Live engines able to prefill, fewest prefill legs in flight first, then
+  // by iid, excluding `except`.
+  std::vector<engines::EngineTarget> LiveProducers(const std::string& except) const;
+  std::optional<engines::EngineTarget> LiveConsumer(const std::string& except) const;
+
+  // --- operators (admin service) ---
+  absl::Status Eject(const std::string& iid, const std::string& detail);
+  absl::Status Drain(const std::string& iid);
+  // Back into placement after the caller's validation passed.
+  absl::Status Readmit(const std::string& iid, const std::string& evidence);
+  absl::Status ReleaseQuarantine(const std::string& iid);
+  int Find(const std::string& iid) const;
 
   // True when every role has an engine in placement; else *why says which not.
   bool Ready(std::string* why) const;
   std::vector<EngineSnapshot> Snapshot() const;
+  const std::vector<EngineSettings>& engines() const { return settings_.engines; }
   // Refreshes every engine's gauges (time-based states such as a quarantine
   // expire without an event); called before metrics are scraped.
   void PublishAll();
-  const std::vector<EngineSettings>& engines() const { return settings_.engines; }
+  // Publishes an event that is not a breaker change (e.g. preflight).
+  void PublishEvent(nlohmann::json event);
 
  private:
   void ReleaseSlot(size_t index, Phase phase);
   void PublishLocked(size_t index);  // refresh the engine's gauges
+  // Metrics, journal and event bus for breaker events (called without mu_).
+  void Emit(const std::vector<BreakerEvent>& events);
+  EngineSnapshot SnapshotLocked(size_t i, MonoTime now) const;
 
-  const Settings& settings_;
-  const Clock& clock_;
-  Metrics* metrics_;
   // Cached series per engine; null without metrics.
   struct EngineGauges {
     std::array<prometheus::Gauge*, 2> inflight{};
     std::array<prometheus::Gauge*, engines::kBreakerClassCount> streak{};
     prometheus::Gauge* quarantined = nullptr;
     prometheus::Gauge* in_placement = nullptr;
+    prometheus::Gauge* held_timed = nullptr;
+    prometheus::Gauge* held_inference = nullptr;
   };
 
+  const Settings& settings_;
+  const Clock& clock_;
+  Metrics* metrics_;
+  Journal* journal_;
+  EventBus* events_;
   mutable std::mutex mu_;
   BreakerBook book_;
   std::vector<EngineGauges> gauges_;

@@ -321,7 +321,7 @@ class Router::Run {
           .Increment();
     }
     // Breaker evidence (never for client 4xx, cancellation or the deadline).
-    r_.fleet_.RecordFailure(f);
+    r_.fleet_.RecordFailure(f, prefill_iid_);
     if (f.reason == FailureReason::kEngineRejected) {
       r_.fleet_.RecordSuccess(f.iid, Success::kEngineRejected);
     }

@@ -14,9 +14,12 @@
 
 #include "engines/http_engine_client.h"
 #include "router/clock.h"
+#include "router/event_bus.h"
 #include "router/fleet.h"
+#include "router/fleet_monitor.h"
 #include "router/journal.h"
 #include "router/metrics.h"
+#include "router/prober.h"
 #include "router/router.h"
 #include "server/config_loader.h"
 #include "server/embedded_fleet.h"
@@ -143,9 +146,15 @@ int Serve(const Args& args) {
   engine_options.connector = settings.engine.connector;
   engine_options.api_key = EnvOrEmpty(settings.engine.api_key_env);
   engines::HttpEngineClient engine_client(engine_options);
-  router::Fleet fleet(settings, clock, &metrics);
+  router::EventBus events;
+  router::Fleet fleet(settings, clock, &metrics, journal.get(), &events);
   router::Router router(settings, engine_client, fleet, clock, &metrics, journal.get(),
                         std::random_device{}());
+
+  // Breaker probes, readmission and liveness sweeps (B17).
+  router::Prober prober(settings, engine_client, fleet, clock);
+  router::FleetMonitor monitor(fleet, prober);
+  monitor.Start();
 
   OpenAiShim shim(settings, router, fleet, clock, registry,
                   EnvOrEmpty(settings.serving.api_key_env));
@@ -194,6 +203,7 @@ int Serve(const Args& args) {
   router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s));
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   shim.Join();
+  monitor.Stop();
   LogInfo("narwhal-serve: stopped");
   return 0;
 }

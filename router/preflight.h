@@ -1,0 +1,85 @@
+// Preflight (B18): validates the fleet before (or while) serving.
+//
+// Gates, in order:
+//   reach    - every engine answers GET /health 200 within health_timeout_s;
+//   contract - with engine_contract: every engine matches it (/version,
+//              max_model_len, connector, system_fingerprint). A mismatch also
+//              skips produce and consume;
+//   model    - every engine serves the fleet's model (/v1/models);
+//   produce  - every prefill-capable engine exports a KV handoff;
+//   consume  - every role-permitted producer->consumer pair (prefill->decode,
+//              and `both` engines in either direction; never an engine with
+//              itself) transfers a fresh handoff: the consumer produces its
+//              first token within first_token_timeout_s and ends with [DONE].
+//              A first-token miss is an "unconfirmed transfer". Pairs are a
+//              full mesh of ordered pairs, or a ring (each producer with one
+//              consumer, every engine covered).
+// Engines that fail reach are skipped by later gates (reported `skipped`).
+#ifndef NARWHAL_ROUTER_PREFLIGHT_H_
+#define NARWHAL_ROUTER_PREFLIGHT_H_
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engines/engine_client.h"
+#include "router/clock.h"
+#include "router/settings.h"
+
+namespace narwhal::router {
+
+enum class PairMode { kMesh, kRing };
+
+struct PreflightCheck {
+  std::string gate;    // reach | contract | model | produce
+  std::string iid;
+  std::string outcome;  // passed | failed | skipped
+  std::string detail;
+  double duration_s = 0;
+};
+
+struct PreflightPair {
+  std::string producer;
+  std::string consumer;
+  // passed | failed | unconfirmed_transfer | producer_failed | skipped
+  std::string outcome;
+  std::string detail;
+  double prefill_s = 0;      // producer leg duration
+  double first_token_s = 0;  // decode dispatch to first token (0 when none)
+  double duration_s = 0;
+};
+
+struct PreflightGate {
+  std::string name;  // reach | contract | model | produce | consume
+  bool passed = true;
+  bool skipped = false;
+  std::string detail;  // first failure, or a summary
+  double duration_s = 0;
+};
+
+struct PreflightReport {
+  bool passed = false;
+  double started_at = 0;  // unix seconds
+  double duration_s = 0;
+  PairMode pairs = PairMode::kMesh;
+  std::vector<PreflightGate> gates;
+  std::vector<PreflightCheck> checks;
+  std::vector<PreflightPair> transfers;
+
+  nlohmann::json ToJson() const;
+  // A human-readable table (narwhal-check's default output).
+  std::string ToTable() const;
+};
+
+// Runs every gate against the engines in `settings` (ignoring breaker state).
+PreflightReport RunPreflight(const Settings& settings, engines::EngineClient& client,
+                             const Clock& clock, PairMode pairs);
+
+// The ordered role-permitted pairs for `mode` (exposed for tests).
+std::vector<std::pair<std::string, std::string>> PreflightPairs(const Settings& settings,
+                                                                PairMode mode);
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_PREFLIGHT_H_

@@ -1,0 +1,137 @@
+#include "router/prober.h"
+
+#include <algorithm>
+
+#include "router/contract_check.h"
+
+namespace narwhal::router {
+namespace {
+
+// Reads a probe's decode stream; the adapter judges the stream itself.
+class DiscardObserver : public engines::DecodeObserver {
+ public:
+  bool OnEvent(std::string_view, const engines::StreamEvent&) override { return true; }
+};
+
+}  // namespace
+
+engines::LegOptions Prober::ProbeLeg(const std::string& suffix) {
+  engines::LegOptions o;
+  o.backend_request_id = "narwhal-probe-" + std::to_string(++counter_) + suffix;
+  // B17: each probe leg is bounded by the first-token budget.
+  o.request_deadline = clock_.Now() + engines::FromSeconds(settings_.engine.first_token_timeout_s);
+  o.leg_deadline = o.request_deadline;
+  return o;
+}
+
+ProbeResult Prober::Health(const engines::EngineTarget& target, bool lifecycle) {
+  ProbeResult r;
+  const std::string why = lifecycle ? CheckLifecycle(client_, target, settings_)
+                                    : CheckReach(client_, target, settings_);
+  r.outcome = why.empty() ? ProbeOutcome::kPassed : ProbeOutcome::kFailed;
+  r.detail = why.empty() ? (lifecycle ? "lifecycle validation passed" : "GET /health 200") : why;
+  return r;
+}
+
+ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
+  const engines::EngineTarget target = fleet_.Target(task.index);
+  const engines::Api api = engines::Api::kCompletions;
+  const nlohmann::json body = {{"model", settings_.model},
+                               {"prompt", "narwhal-" + std::to_string(++counter_) +
+                                              " breaker verification"},
+                               {"max_tokens", 1}};
+  const Role role = settings_.engines[task.index].role;
+  ProbeResult r;
+  DiscardObserver observer;
+
+  if (fleet_.ProbeSide(task.index) == Phase::kDecode && CanDecode(role)) {
+    // Producers: the recorded one, other live ones, then standalone.
+    std::vector<engines::EngineTarget> producers;
+    const std::string recorded = fleet_.RecordedProducer(task.index);
+    std::vector<engines::EngineTarget> live = fleet_.LiveProducers(target.iid);
+    auto it = std::find_if(live.begin(), live.end(),
+                           [&](const engines::EngineTarget& t) { return t.iid == recorded; });
+    if (it != live.end()) {
+      producers.push_back(*it);
+      live.erase(it);
+    }
+    producers.insert(producers.end(), live.begin(), live.end());
+    if (CanPrefill(role)) producers.push_back(target);
+    for (const engines::EngineTarget& producer : producers) {
+      engines::PrefillOutcome pre = client_.Prefill(producer, api, body, ProbeLeg("p"));
+      if (!pre.ok()) {
+        ProbeTask attempt = task;
+        fleet_.RecordProbeAttempt(attempt, ProbeOutcome::kProducerFailed, producer.iid,
+                                  pre.failure->detail);
+        continue;
+      }
+      engines::DecodeOutcome dec =
+          client_.Decode(target, *pre.result, body, false, ProbeLeg("d"), observer);
+      r.producer = producer.iid;
+      if (dec.ok()) {
+        r.outcome = ProbeOutcome::kPassed;
+        r.detail = "decoded a handoff from " + producer.iid;
+      } else {
+        r.outcome = ProbeOutcome::kFailed;
+        r.detail = dec.failure->detail;
+      }
+      break;
+    }
+    if (r.producer.empty()) r.detail = "no producer could make a handoff";
+  } else {
+    engines::PrefillOutcome pre = client_.Prefill(target, api, body, ProbeLeg("p"));
+    if (!pre.ok()) {
+      r.outcome = ProbeOutcome::kFailed;
+      r.detail = pre.failure->detail;
+      return r;
+    }
+    std::optional<engines::EngineTarget> consumer = fleet_.LiveConsumer(target.iid);
+    if (!consumer && CanDecode(role)) consumer = target;
+    if (!consumer) {
+      r.outcome = ProbeOutcome::kInconclusive;
+      r.detail = "produced a handoff but no live consumer could take it";
+      return r;
+    }
+    engines::DecodeOutcome dec =
+        client_.Decode(*consumer, *pre.result, body, false, ProbeLeg("d"), observer);
+    if (dec.ok()) {
+      r.outcome = ProbeOutcome::kPassed;
+      r.detail = "handoff decoded by " + consumer->iid;
+    } else if (dec.failure->evidence_iid == target.iid || consumer->iid == target.iid) {
+      r.outcome = ProbeOutcome::kFailed;
+      r.detail = dec.failure->detail;
+    } else {
+      r.outcome = ProbeOutcome::kInconclusive;
+      r.detail = "consumer " + consumer->iid + " failed: " + dec.failure->detail;
+    }
+  }
+  if (r.outcome == ProbeOutcome::kPassed && lifecycle) {
+    if (std::string why = CheckLifecycle(client_, target, settings_); !why.empty()) {
+      r.outcome = ProbeOutcome::kFailed;
+      r.detail = "lifecycle validation: " + why;
+    }
+  }
+  return r;
+}
+
+void Prober::Run(const ProbeTask& task) {
+  const engines::EngineTarget target = fleet_.Target(task.index);
+  const EngineSnapshot snapshot = fleet_.Snapshot()[task.index];
+  // Readmission (of a held or ejected engine) re-checks the pinned contract.
+  const bool readmission =
+      snapshot.state == PlacementState::kEjected || snapshot.state == PlacementState::kHeld;
+  const bool lifecycle = readmission && settings_.engine_contract.has_value();
+  ProbeResult r;
+  switch (task.kind) {
+    case ProbeKind::kHealth:
+    case ProbeKind::kLiveness:
+      r = Health(target, lifecycle);
+      break;
+    case ProbeKind::kInference:
+      r = Inference(task, lifecycle);
+      break;
+  }
+  fleet_.CompleteProbe(task, r.outcome, r.detail, r.producer);
+}
+
+}  // namespace narwhal::router
