@@ -169,6 +169,7 @@ TEST(EngineFailureTest, Names) {
   EXPECT_EQ(FailureReasonName(FailureReason::kEngineError), "engine_error");
   EXPECT_EQ(FailureReasonName(FailureReason::kInvalidResponse), "invalid_response");
   EXPECT_EQ(FailureReasonName(FailureReason::kDeadline), "deadline");
+  EXPECT_EQ(FailureReasonName(FailureReason::kHandoffExpired), "handoff");
   EXPECT_EQ(FailureReasonName(FailureReason::kCancelled), "cancelled");
 }
 
