@@ -80,7 +80,7 @@ void AddControlRoutes(httplib::Server& server, EngineState& state) {
   });
   server.Post("/sim/faults", [&state](const httplib::Request& req,
                                       httplib::Response& res) {
-    absl::StatusOr<std::vector<FaultRule>> rules = ParseFaultDocument(req.body);
+    absl::StatusOr<std::vector<FaultRule>> rules = ParseFaultBody(req.body);
     absl::Status status =
         rules.ok() ? state.faults.Append(*std::move(rules)) : rules.status();
     if (!status.ok()) {

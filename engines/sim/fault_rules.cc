@@ -327,8 +327,7 @@ absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
   return rules;
 }
 
-absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
-    absl::string_view body) {
+absl::StatusOr<std::vector<FaultRule>> ParseFaultBody(absl::string_view body) {
   nlohmann::json document = nlohmann::json::parse(body, nullptr, false);
   if (document.is_discarded()) {
     return absl::InvalidArgumentError("body: invalid JSON");

@@ -110,8 +110,7 @@ struct FaultRule {
 absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
     const nlohmann::json& document);
 // Same, from the raw request body (invalid JSON is an error).
-absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
-    absl::string_view body);
+absl::StatusOr<std::vector<FaultRule>> ParseFaultBody(absl::string_view body);
 
 // The rules of one engine. Thread-safe.
 class FaultBook {

@@ -272,9 +272,12 @@ bool Generation::Stream(httplib::DataSink& sink) {
   if (chat && (to_send > 0 || !Is(FaultKind::kErrorInStream))) {
     if (!Write(sink, SseEvent(RoleChunk(ctx_)))) return false;
   }
+  // Tokens follow a fixed schedule, so wait overshoots do not accumulate.
+  absl::Time next_token = absl::Now();
   for (int i = 0; i < to_send; ++i) {
     if (i > 0) {
-      const WaitEnd how = waiter_.Sleep(interval);
+      next_token += interval;
+      const WaitEnd how = waiter_.Sleep(next_token - absl::Now());
       if (how != WaitEnd::kElapsed) {
         EndAfterWait(how);
         return false;

@@ -37,9 +37,10 @@ nlohmann::json RequestRecord::ToJson() const {
           {"phase", OrNull(phase)},
           {"headers", headers},
           {"body", body},
-          {"status", status == 0 ? nlohmann::json(nullptr) : status},
+          {"status", status == 0 ? nlohmann::json(nullptr) : nlohmann::json(status)},
           {"fault", OrNull(fault)},
-          {"ended_at", ended_at == 0 ? nlohmann::json(nullptr) : ended_at},
+          {"ended_at",
+           ended_at == 0 ? nlohmann::json(nullptr) : nlohmann::json(ended_at)},
           {"end", OrNull(std::string(RequestEndName(end)))},
           {"tokens_sent", tokens_sent}};
 }

@@ -39,8 +39,9 @@ class SimEngine {
   absl::Status Start();
 
   // Ends every request in progress (silences and delays included), closes
-  // all connections and joins the server thread. Idempotent; returns within
-  // about a second even with streams open.
+  // all connections and joins the server thread. Idempotent. Returns
+  // promptly even with silent streams open; only a KV pull in flight can
+  // hold it, for at most its 5 s timeout.
   void Stop();
 
   // The bound port; 0 before Start().

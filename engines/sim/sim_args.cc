@@ -1,0 +1,153 @@
+#include "engines/sim/sim_args.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace narwhal::sim {
+namespace {
+
+absl::Status Bad(absl::string_view flag, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": ", what));
+}
+
+absl::Status ReadInt(absl::string_view flag, const std::string& text, int lo,
+                     int hi, int* out) {
+  int value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < lo || value > hi) {
+    return Bad(flag, absl::StrCat("must be an integer ", lo, "..", hi,
+                                  ", got \"", text, "\""));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadNonNegative(absl::string_view flag, const std::string& text,
+                             double* out) {
+  double value = 0;
+  if (!absl::SimpleAtod(text, &value) || !std::isfinite(value) || value < 0) {
+    return Bad(flag, absl::StrCat("must be a number >= 0, got \"", text, "\""));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* SimUsage() {
+  return "usage: narwhal-sim --port N [--host H] --engine-id ID [--model NAME]\n"
+         "  [--role prefill|decode|both] [--prefill-ms-per-1k-tokens X]\n"
+         "  [--token-interval-ms X] [--kv-transfer-ms X] [--kv-lease-s X]\n"
+         "  [--max-silence-s X] [--threads N] [--vllm-version V]\n"
+         "  [--max-model-len N] [--fingerprint S]\n"
+         "  [--kv-load-failure-policy fail|recompute] [--api-key-env VAR]\n"
+         "  [--exit-on-stdin-eof]\n";
+}
+
+absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
+                                     const EnvLookup& env) {
+  SimArgs parsed;
+  SimOptions& o = parsed.options;
+  bool have_port = false;
+  bool have_engine_id = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool inline_value = false;
+    const size_t eq = flag.find('=');
+    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    if (flag == "--help" || flag == "-h") {
+      parsed.help = true;
+      continue;
+    }
+    if (flag == "--exit-on-stdin-eof") {
+      if (inline_value) return Bad(flag, "takes no value");
+      parsed.exit_on_stdin_eof = true;
+      continue;
+    }
+    if (flag.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", flag, "\""));
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return Bad(flag, "missing value");
+      value = args[++i];
+    }
+    absl::Status status;
+    if (flag == "--port") {
+      status = ReadInt(flag, value, 0, 65535, &o.port);
+      have_port = true;
+    } else if (flag == "--host") {
+      if (value.empty()) return Bad(flag, "must not be empty");
+      o.host = value;
+    } else if (flag == "--engine-id") {
+      if (value.empty()) return Bad(flag, "must not be empty");
+      o.engine_id = value;
+      have_engine_id = true;
+    } else if (flag == "--model") {
+      if (value.empty()) return Bad(flag, "must not be empty");
+      o.model = value;
+    } else if (flag == "--role") {
+      if (value == "prefill") {
+        o.role = SimRole::kPrefill;
+      } else if (value == "decode") {
+        o.role = SimRole::kDecode;
+      } else if (value == "both") {
+        o.role = SimRole::kBoth;
+      } else {
+        return Bad(flag, "must be prefill, decode or both");
+      }
+    } else if (flag == "--prefill-ms-per-1k-tokens") {
+      status = ReadNonNegative(flag, value, &o.prefill_ms_per_1k_tokens);
+    } else if (flag == "--token-interval-ms") {
+      status = ReadNonNegative(flag, value, &o.token_interval_ms);
+    } else if (flag == "--kv-transfer-ms") {
+      status = ReadNonNegative(flag, value, &o.kv_transfer_ms);
+    } else if (flag == "--kv-lease-s") {
+      status = ReadNonNegative(flag, value, &o.kv_lease_s);
+    } else if (flag == "--max-silence-s") {
+      status = ReadNonNegative(flag, value, &o.max_silence_s);
+    } else if (flag == "--threads") {
+      status = ReadInt(flag, value, 1, 10000, &o.threads);
+    } else if (flag == "--vllm-version") {
+      if (value.empty()) return Bad(flag, "must not be empty");
+      o.vllm_version = value;
+    } else if (flag == "--max-model-len") {
+      status = ReadInt(flag, value, 1, 1 << 30, &o.max_model_len);
+    } else if (flag == "--fingerprint") {
+      o.system_fingerprint = value;
+    } else if (flag == "--kv-load-failure-policy") {
+      if (value == "fail") {
+        o.kv_load_failure_policy = KvLoadFailurePolicy::kFail;
+      } else if (value == "recompute") {
+        o.kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
+      } else {
+        return Bad(flag, "must be fail or recompute");
+      }
+    } else if (flag == "--api-key-env") {
+      std::string key;
+      if (value.empty() || !env(value, &key) || key.empty()) {
+        return Bad(flag, absl::StrCat("environment variable \"", value,
+                                      "\" is not set or empty"));
+      }
+      o.api_key = key;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag \"", flag, "\""));
+    }
+    if (!status.ok()) return status;
+  }
+  if (parsed.help) return parsed;
+  if (!have_port) return absl::InvalidArgumentError("--port: required");
+  if (!have_engine_id) {
+    return absl::InvalidArgumentError("--engine-id: required");
+  }
+  return parsed;
+}
+
+}  // namespace narwhal::sim
