@@ -1,0 +1,1326 @@
+// The router core end to end against a scripted fake EngineClient and a fake
+// clock: admission, placement, the attempt loop, retries, breaker bookkeeping,
+// measurement, the journal and the metrics. No sockets, no real sleeps.
+#include "router/router.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include "engines/http_engine_client.h"
+#include "router/fleet.h"
+#include "router/journal.h"
+#include "router/metrics.h"
+#include "router/settings.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/fake_engine_client.h"
+#include "tests/router/test_util.h"
+
+namespace narwhal::router {
+
+// Readable gtest messages for the outcome enums (found by ADL).
+void PrintTo(Terminal t, std::ostream* os) { *os << TerminalName(t); }
+void PrintTo(ErrorType t, std::ostream* os) { *os << "'" << ErrorTypeName(t) << "'"; }
+
+namespace {
+
+namespace nt = ::narwhal::testing;
+using namespace std::chrono_literals;
+using engines::Api;
+using engines::FromSeconds;
+using engines::Seconds;
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+EngineSettings Engine(const std::string& iid, Role role) {
+  return EngineSettings{iid, "http://" + iid + ":8000", role};
+}
+
+class RouterTest : public ::testing::Test {
+ protected:
+  struct Result {
+    Outcome outcome;
+    std::vector<Chunk> chunks;
+    bool ended = false;
+  };
+
+  RouterTest() : fake_(&clock_) {
+    settings_.model = "m";
+    settings_.engines = {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)};
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    journal_path_ = ::testing::TempDir() + "narwhal_router_" + name + "_" +
+                    std::to_string(::getpid()) + ".jsonl";
+    std::remove(journal_path_.c_str());
+  }
+
+  ~RouterTest() override {
+    router_.reset();
+    fleet_.reset();
+    journal_.reset();
+    std::remove(journal_path_.c_str());
+  }
+
+  void Start(uint64_t seed = 42) {
+    metrics_ = std::make_unique<Metrics>(registry_);
+    auto journal = Journal::Open(journal_path_);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    journal_ = std::move(*journal);
+    fleet_ = std::make_unique<Fleet>(settings_, clock_, metrics_.get(), journal_.get());
+    router_ = std::make_unique<Router>(settings_, fake_, *fleet_, clock_, metrics_.get(),
+                                       journal_.get(), seed);
+  }
+
+  Request MakeRequest(bool stream, Api api = Api::kCompletions) {
+    Request r;
+    r.rid = router_->NewRequestId();
+    r.client_rid = "client-" + r.rid.substr(0, 4);
+    r.api = api;
+    r.stream = stream;
+    if (api == Api::kCompletions) {
+      r.body = {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 8}, {"stream", stream}};
+    } else {
+      r.body = {{"model", "m"},
+                {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                {"max_tokens", 8},
+                {"stream", stream}};
+    }
+    r.arrived = clock_.Now();
+    r.arrived_wall = clock_.WallNow();
+    r.deadline = r.arrived + FromSeconds(settings_.serving.request_timeout_s);
+    return r;
+  }
+
+  // Reads a channel to its end (bounded in real time).
+  static Result Collect(ResponseChannel& channel) {
+    Result r;
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    Chunk c;
+    while (std::chrono::steady_clock::now() < until) {
+      switch (channel.Next(&c, 100ms)) {
+        case ResponseChannel::Pop::kChunk:
+          r.chunks.push_back(c);
+          break;
+        case ResponseChannel::Pop::kEnd:
+          r.ended = true;
+          r.outcome = channel.outcome();
+          return r;
+        case ResponseChannel::Pop::kEmpty:
+          break;
+      }
+    }
+    ADD_FAILURE() << "the request did not end within 10 s";
+    return r;
+  }
+
+  Result Run(Request request) {
+    std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(request));
+    return Collect(*channel);
+  }
+  Result Run(bool stream, Api api = Api::kCompletions, std::string* rid = nullptr) {
+    Request r = MakeRequest(stream, api);
+    if (rid != nullptr) *rid = r.rid;
+    return Run(std::move(r));
+  }
+
+  // Waits (bounded, real time) until no request is admitted: every worker
+  // has left Router::Finish, so callbacks that ran inside it have returned.
+  void WaitIdle() {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (router_->inflight() > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
+    EXPECT_EQ(router_->inflight(), 0);
+  }
+
+  json Row(const std::string& rid) {
+    for (const json& row : nt::ReadJournal(journal_path_)) {
+      if (row.value("rid", "") == rid) return row;
+    }
+    ADD_FAILURE() << "no journal row for " << rid;
+    return json::object();
+  }
+
+  double Metric(const std::string& name, const std::map<std::string, std::string>& labels = {}) {
+    return nt::MetricValue(registry_, name, labels);
+  }
+  double Streak(const std::string& iid, const std::string& cls) {
+    return Metric("narwhal_engine_breaker_streak", {{"iid", iid}, {"class", cls}});
+  }
+  EngineSnapshot Snap(const std::string& iid) {
+    for (const EngineSnapshot& s : fleet_->Snapshot()) {
+      if (s.settings.iid == iid) return s;
+    }
+    ADD_FAILURE() << "no engine " << iid;
+    return {};
+  }
+
+  // B7: every reservation released, in the fleet and in the gauges.
+  void ExpectNoReservations() {
+    for (const EngineSnapshot& s : fleet_->Snapshot()) {
+      EXPECT_EQ(s.inflight_prefill, 0) << s.settings.iid;
+      EXPECT_EQ(s.inflight_decode, 0) << s.settings.iid;
+      EXPECT_EQ(Metric("narwhal_engine_inflight", {{"iid", s.settings.iid}, {"phase", "prefill"}}),
+                0)
+          << s.settings.iid;
+      EXPECT_EQ(Metric("narwhal_engine_inflight", {{"iid", s.settings.iid}, {"phase", "decode"}}),
+                0)
+          << s.settings.iid;
+    }
+  }
+
+  Settings settings_;
+  nt::FakeClock clock_;
+  nt::FakeEngineClient fake_;
+  prometheus::Registry registry_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Fleet> fleet_;
+  std::unique_ptr<Router> router_;
+  std::string journal_path_;
+};
+
+// ---------------------------------------------------------------------------
+// Happy paths, measurement (B9), assembly.
+
+TEST_F(RouterTest, B9_StreamingRelaysChunksInOrderAndMeasuresExactly) {
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Ok(250ms));
+  const std::vector<std::string> payloads = {nt::ChatRoleChunk(), nt::ChatChunk("a"),
+                                             nt::ChatChunk("b", "stop")};
+  // Role chunk at 0.4375 s, "a" at 0.5 s, "b" at 0.5625 s after arrival.
+  fake_.QueueDecode(nt::DecodeStep::Stream(payloads, 125ms, 62500us));
+  std::string rid;
+  Result r = Run(/*stream=*/true, Api::kChatCompletions, &rid);
+
+  ASSERT_TRUE(r.ended);
+  ASSERT_EQ(r.chunks.size(), 3u);
+  for (size_t i = 0; i < payloads.size(); ++i) EXPECT_EQ(r.chunks[i].data, payloads[i]) << i;
+  EXPECT_EQ(r.chunks[0].tokens, 0);
+  EXPECT_EQ(r.chunks[1].text, "a");
+  EXPECT_EQ(r.chunks[2].finish_reason, "stop");
+  const Outcome& o = r.outcome;
+  EXPECT_EQ(o.terminal, Terminal::kCompleted);
+  EXPECT_EQ(o.status, 200);
+  EXPECT_TRUE(o.output_started);
+  ASSERT_TRUE(o.ttft_s.has_value());
+  ASSERT_TRUE(o.first_byte_s.has_value());
+  EXPECT_DOUBLE_EQ(*o.ttft_s, 0.25);
+  EXPECT_DOUBLE_EQ(*o.first_byte_s, 0.5);
+  EXPECT_EQ(o.output_tokens, 2);
+  EXPECT_EQ(o.finish_reason, "stop");
+
+  const json row = Row(rid);
+  EXPECT_EQ(row["terminal"], "completed");
+  EXPECT_EQ(row["status"], 200);
+  EXPECT_TRUE(row["reason"].is_null());
+  EXPECT_TRUE(row["error_type"].is_null());
+  EXPECT_EQ(row["api"], "chat");
+  EXPECT_EQ(row["stream"], true);
+  EXPECT_EQ(row["client_rid"], "client-" + rid.substr(0, 4));
+  EXPECT_DOUBLE_EQ(row["arrived"].get<double>(), 1.7e9);
+  EXPECT_EQ(row["prefill_iid"], "p0");
+  EXPECT_EQ(row["decode_iid"], "d0");
+  EXPECT_EQ(row["crossed"], true);
+  EXPECT_EQ(row["attempts"], 1);
+  EXPECT_EQ(row["attempt_failures"], json::array());
+  EXPECT_DOUBLE_EQ(row["ttft_s"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(row["first_byte_s"].get<double>(), 0.5);
+  // tpot = (last token - prefill completion) / (n - 1) = (0.5625 - 0.25) / 1.
+  EXPECT_DOUBLE_EQ(row["tpot_s"].get<double>(), 0.3125);
+  EXPECT_DOUBLE_EQ(row["duration_s"].get<double>(), 0.5625);
+  EXPECT_EQ(row["output_tokens"], 2);
+
+  EXPECT_EQ(Metric("narwhal_requests_total",
+                   {{"api", "chat"}, {"door", "http"}, {"terminal", "completed"}}),
+            1);
+  EXPECT_EQ(Metric("narwhal_ttft_seconds"), 1);
+  EXPECT_DOUBLE_EQ(nt::HistogramSum(registry_, "narwhal_ttft_seconds"), 0.25);
+  EXPECT_DOUBLE_EQ(nt::HistogramSum(registry_, "narwhal_first_byte_seconds"), 0.5);
+  EXPECT_EQ(Metric("narwhal_decode_tokens_total"), 2);
+  EXPECT_EQ(Metric("narwhal_inflight"), 0);
+  ExpectNoReservations();
+}
+
+TEST_F(RouterTest, StreamingHoldsMetadataUntilTheFirstToken) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({nt::ChatRoleChunk(), nt::ChatChunk("")}));
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(true, Api::kChatCompletions));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  Chunk c;
+  // Two metadata events reached the router; nothing is visible yet.
+  EXPECT_EQ(channel->TryNext(&c), ResponseChannel::Pop::kEmpty);
+  channel->Cancel();
+  Result r = Collect(*channel);
+  EXPECT_TRUE(r.chunks.empty());
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_FALSE(r.outcome.output_started);
+}
+
+TEST_F(RouterTest, B9_NonStreamingCompletionsAreAssembled) {
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Ok(100ms));
+  fake_.QueueDecode(nt::DecodeStep::Stream(
+      {nt::CompletionChunk("hel"), nt::CompletionChunk("lo"), nt::CompletionChunk("!", "length")},
+      50ms));
+  std::string rid;
+  Result r = Run(/*stream=*/false, Api::kCompletions, &rid);
+  ASSERT_TRUE(r.ended);
+  EXPECT_TRUE(r.chunks.empty());  // nothing relayed: the router assembles
+  const Outcome& o = r.outcome;
+  EXPECT_EQ(o.terminal, Terminal::kCompleted);
+  EXPECT_FALSE(o.output_started);
+  EXPECT_EQ(o.body["object"], "text_completion");
+  EXPECT_EQ(o.body["choices"][0]["text"], "hello!");
+  EXPECT_EQ(o.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(o.body["id"], "cmpl-1");
+  EXPECT_EQ(o.output_tokens, 3);
+  ASSERT_TRUE(o.ttft_s && o.first_byte_s);
+  EXPECT_NEAR(*o.ttft_s, 0.1, 1e-9);
+  EXPECT_NEAR(*o.first_byte_s, 0.15, 1e-9);
+  EXPECT_EQ(Row(rid)["stream"], false);
+}
+
+TEST_F(RouterTest, NonStreamingChatAssembledWithFinishReasonAndUsage) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Stream({nt::ChatRoleChunk(), nt::ChatChunk("Hel"),
+                                            nt::ChatChunk("lo", "stop"), nt::UsageChunk(5, 2)}));
+  Result r = Run(/*stream=*/false, Api::kChatCompletions);
+  const Outcome& o = r.outcome;
+  ASSERT_EQ(o.terminal, Terminal::kCompleted) << o.message;
+  EXPECT_EQ(o.body["object"], "chat.completion");
+  EXPECT_EQ(o.body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(o.body["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(o.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(o.body["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(o.body["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(o.output_tokens, 2);
+  EXPECT_EQ(o.prompt_tokens, 5);
+  EXPECT_EQ(o.finish_reason, "stop");
+}
+
+// ---------------------------------------------------------------------------
+// Placement (B5), handoff identity (B6), fresh ids (B8).
+
+TEST_F(RouterTest, B5_DecodeAvoidsTheProducerWhenAnotherDecodeEngineExists) {
+  settings_.engines = {Engine("e0", Role::kBoth), Engine("e1", Role::kBoth)};
+  Start();
+  std::vector<std::string> rids;
+  for (int i = 0; i < 4; ++i) {
+    std::string rid;
+    ASSERT_EQ(Run(true, Api::kCompletions, &rid).outcome.terminal, Terminal::kCompleted);
+    rids.push_back(rid);
+  }
+  const auto decodes = fake_.decode_calls();
+  ASSERT_EQ(decodes.size(), 4u);
+  for (const nt::DecodeCall& d : decodes) {
+    EXPECT_FALSE(d.same_worker);
+    EXPECT_NE(d.target.iid, d.handoff->producer_iid());
+  }
+  for (const std::string& rid : rids) EXPECT_EQ(Row(rid)["crossed"], true);
+}
+
+TEST_F(RouterTest, B5_SameWorkerDecodeWhenTheProducerIsTheOnlyDecodeEngine) {
+  settings_.engines = {Engine("e0", Role::kBoth), Engine("p1", Role::kPrefill)};
+  Start();
+  std::string rid;
+  // Whichever engine produces, e0 is the only one able to decode.
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(Run(true, Api::kCompletions, &rid).outcome.status, 200);
+  const auto decodes = fake_.decode_calls();
+  ASSERT_EQ(decodes.size(), 2u);
+  bool saw_same_worker = false;
+  for (const nt::DecodeCall& d : decodes) {
+    EXPECT_EQ(d.target.iid, "e0");
+    EXPECT_EQ(d.same_worker, d.handoff->producer_iid() == "e0");
+    saw_same_worker = saw_same_worker || d.same_worker;
+  }
+  EXPECT_TRUE(saw_same_worker);
+}
+
+TEST_F(RouterTest, B5_SingleBothEngineServesBothLegs) {
+  settings_.engines = {Engine("e0", Role::kBoth)};
+  Start();
+  std::string rid;
+  ASSERT_EQ(Run(true, Api::kCompletions, &rid).outcome.terminal, Terminal::kCompleted);
+  ASSERT_EQ(fake_.decode_calls().size(), 1u);
+  EXPECT_TRUE(fake_.decode_calls()[0].same_worker);
+  const json row = Row(rid);
+  EXPECT_EQ(row["prefill_iid"], "e0");
+  EXPECT_EQ(row["decode_iid"], "e0");
+  EXPECT_EQ(row["crossed"], false);
+}
+
+TEST_F(RouterTest, Placement_SequentialRequestsShareEqualEngines) {
+  // Equal engines share the load (placement.h: ties rotate). With one request
+  // at a time every engine is idle at each pick, so only the rotation spreads.
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  Start();
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Run(true).outcome.status, 200);
+  std::set<std::string> producers, consumers;
+  for (const auto& p : fake_.prefill_calls()) producers.insert(p.target.iid);
+  for (const auto& d : fake_.decode_calls()) consumers.insert(d.target.iid);
+  EXPECT_EQ(producers, (std::set<std::string>{"p0", "p1"}));
+  EXPECT_EQ(consumers, (std::set<std::string>{"d0", "d1"}));
+}
+
+TEST_F(RouterTest, B6_DecodeReceivesThePrefillResultUnchanged) {
+  Start();
+  Request req = MakeRequest(true);
+  const json body = req.body;
+  ASSERT_EQ(Run(std::move(req)).outcome.status, 200);
+  const auto prefills = fake_.prefill_calls();
+  const auto decodes = fake_.decode_calls();
+  ASSERT_EQ(prefills.size(), 1u);
+  ASSERT_EQ(decodes.size(), 1u);
+  ASSERT_TRUE(prefills[0].result.has_value());
+  const engines::PrefillResult& produced = *prefills[0].result;
+  const engines::PrefillResult& received = *decodes[0].handoff;
+  EXPECT_EQ(received.producer_iid(), "p0");
+  EXPECT_EQ(received.producer_url(), "http://p0:8000");
+  EXPECT_EQ(received.backend_request_id(), produced.backend_request_id());
+  EXPECT_EQ(received.descriptor(), produced.descriptor());
+  EXPECT_EQ(received.endpoint(), Api::kCompletions);
+  // Both legs see the client body; leg edits are the adapter's job.
+  EXPECT_EQ(prefills[0].body, body);
+  EXPECT_EQ(decodes[0].body, body);
+  EXPECT_TRUE(decodes[0].client_streams);
+  EXPECT_TRUE(prefills[0].has_cancel_token);
+  EXPECT_TRUE(decodes[0].has_cancel_token);
+}
+
+TEST_F(RouterTest, LegDeadlinesComeFromTheRequestAndPrefillTimeout) {
+  settings_.serving.prefill_timeout_s = 2;
+  Start();
+  Request req = MakeRequest(true);
+  const engines::MonoTime deadline = req.deadline;
+  ASSERT_EQ(Run(std::move(req)).outcome.status, 200);
+  const auto p = fake_.prefill_calls().at(0);
+  const auto d = fake_.decode_calls().at(0);
+  EXPECT_EQ(p.request_deadline, deadline);
+  ASSERT_TRUE(p.leg_deadline.has_value());
+  EXPECT_EQ(*p.leg_deadline, p.started + 2s);
+  EXPECT_EQ(d.request_deadline, deadline);
+}
+
+TEST_F(RouterTest, PrefillTimeoutIs504PrefillAndTransient) {
+  settings_.serving.prefill_timeout_s = 2;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Ok(3s));  // the watchdog ends it at 2 s
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kPrefill);
+  const json row = Row(rid);
+  EXPECT_EQ(row["reason"], "engine_timeout");
+  EXPECT_EQ(row["attempt_failures"][0]["transient"], true);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "attempt_limit");
+}
+
+TEST_F(RouterTest, B8_FreshBackendIdsPerAttemptAndPhaseAndANewPrefillPerRetry) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  Result r = Run(std::move(req));
+  ASSERT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+
+  const auto prefills = fake_.prefill_calls();
+  const auto decodes = fake_.decode_calls();
+  ASSERT_EQ(prefills.size(), 2u);
+  ASSERT_EQ(decodes.size(), 2u);
+  const std::set<std::string> ids = {prefills[0].backend_request_id, prefills[1].backend_request_id,
+                                     decodes[0].backend_request_id, decodes[1].backend_request_id};
+  EXPECT_EQ(ids.size(), 4u);
+  for (const std::string& id : ids) EXPECT_THAT(id, StartsWith(rid));
+  // Each attempt's decode receives that attempt's handoff; none is reused.
+  for (size_t a = 0; a < 2; ++a) {
+    ASSERT_TRUE(prefills[a].result.has_value());
+    EXPECT_EQ(decodes[a].handoff->backend_request_id(), prefills[a].backend_request_id) << a;
+    EXPECT_EQ(decodes[a].handoff->descriptor(), prefills[a].result->descriptor()) << a;
+  }
+  EXPECT_NE(decodes[1].handoff->descriptor(), decodes[0].handoff->descriptor());
+  EXPECT_EQ(Row(rid)["attempts"], 2);
+  EXPECT_EQ(Metric("narwhal_retry_attempts_total"), 1);
+}
+
+// ---------------------------------------------------------------------------
+// B7: ownership, reservations, handoff age.
+
+TEST_F(RouterTest, B7_ReservationsReleasedAfterSuccess) {
+  Start();
+  ASSERT_EQ(Run(true).outcome.status, 200);
+  ExpectNoReservations();
+}
+
+TEST_F(RouterTest, B7_ReservationsHeldDuringLegsAndReleasedAfterCancel) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(true));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  // The decode slot is held while its leg runs; the prefill slot is back.
+  EXPECT_EQ(Snap("d0").inflight_decode, 1);
+  EXPECT_EQ(Snap("p0").inflight_prefill, 0);
+  EXPECT_EQ(Metric("narwhal_engine_inflight", {{"iid", "d0"}, {"phase", "decode"}}), 1);
+  EXPECT_EQ(Metric("narwhal_inflight"), 1);
+  channel->Cancel();
+  EXPECT_EQ(Collect(*channel).outcome.terminal, Terminal::kCancelled);
+  ExpectNoReservations();
+  EXPECT_EQ(Metric("narwhal_inflight"), 0);
+}
+
+TEST_F(RouterTest, B7_ReservationsReleasedAfterFailure) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(500)));
+  EXPECT_EQ(Run(true).outcome.status, 502);
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  EXPECT_EQ(Run(true).outcome.status, 502);
+  ExpectNoReservations();
+}
+
+TEST_F(RouterTest, B7_ReservationsReleasedAfterDeadline) {
+  settings_.serving.request_timeout_s = 1;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Stream({nt::CompletionChunk("a")}, 2s));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kRequestExpired);
+  EXPECT_EQ(Row(rid)["reason"], "deadline");
+  ExpectNoReservations();
+  // The request's own deadline is no evidence against the engine.
+  EXPECT_EQ(Streak("d0", "timeout"), 0);
+  EXPECT_EQ(Streak("d0", "stream"), 0);
+}
+
+TEST_F(RouterTest, RequestAlreadyExpiredNeverReachesAnEngine) {
+  Start();
+  Request req = MakeRequest(true);
+  req.deadline = clock_.Now();
+  Result r = Run(std::move(req));
+  EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kRequestExpired);
+  EXPECT_TRUE(fake_.prefill_calls().empty());
+}
+
+TEST_F(RouterTest, B7_HandoffExpiredWhenThePrefillOutlivesTheHandoffTimeout) {
+  settings_.serving.handoff_timeout_s = 1;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Ok(1500ms));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kHandoffExpired);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
+  EXPECT_EQ(r.outcome.reason, "handoff");
+  EXPECT_THAT(r.outcome.message, HasSubstr("KV handoff expired"));
+  EXPECT_TRUE(fake_.decode_calls().empty());  // the decode engine received nothing
+  const json row = Row(rid);
+  EXPECT_EQ(row["terminal"], "expired");
+  EXPECT_EQ(row["reason"], "handoff");
+  EXPECT_EQ(row["error_type"], "handoff_expired");
+  EXPECT_EQ(row["attempt_failures"][0]["transient"], true);
+  EXPECT_EQ(Metric("narwhal_handoff_rejected_total", {{"reason", "expired"}}), 1);
+  ExpectNoReservations();
+}
+
+TEST_F(RouterTest, B7_HandoffAgeStartsWhenTheProducerLegStarts) {
+  settings_.serving.handoff_timeout_s = 1;
+  Start();
+  Request req = MakeRequest(true);
+  clock_.Advance(5s);  // time before the prefill leg does not age the handoff
+  fake_.QueuePrefill(nt::PrefillStep::Ok(500ms));
+  Result r = Run(std::move(req));
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+  ASSERT_TRUE(r.outcome.ttft_s.has_value());
+  EXPECT_DOUBLE_EQ(*r.outcome.ttft_s, 5.5);  // B9: from arrival
+}
+
+TEST_F(RouterTest, B7_HandoffExpiryIsRetriedWithAFreshPrefill) {
+  // Two producers, one consumer: the handoff aged on a slow producer; the
+  // idle decode engine did nothing wrong and must stay available.
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.handoff_timeout_s = 1;
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Ok(1500ms));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+  const json row = Row(rid);
+  EXPECT_EQ(row["attempts"], 2);
+  ASSERT_EQ(row["attempt_failures"].size(), 1u);
+  EXPECT_EQ(row["attempt_failures"][0]["reason"], "handoff");
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "allowed");
+  const auto prefills = fake_.prefill_calls();
+  ASSERT_EQ(prefills.size(), 2u);
+  EXPECT_NE(prefills[0].target.iid, prefills[1].target.iid);
+  ASSERT_EQ(fake_.decode_calls().size(), 1u);
+  EXPECT_EQ(fake_.decode_calls()[0].handoff->backend_request_id(),
+            prefills[1].backend_request_id);
+}
+
+// ---------------------------------------------------------------------------
+// B10/B11: failure → status and type.
+
+struct MappingCase {
+  std::string name;
+  bool in_prefill;
+  engines::EngineFailure failure;
+  std::string stream_payload;  // decode: an in-stream event instead of `failure`
+  int status;
+  ErrorType type;
+  Terminal terminal;
+  std::string reason;
+  std::string message_prefix;
+};
+
+class FailureMappingTest : public RouterTest,
+                           public ::testing::WithParamInterface<MappingCase> {};
+
+TEST_P(FailureMappingTest, B10_FailureMapsToStatusAndType) {
+  const MappingCase& c = GetParam();
+  Start();
+  if (c.in_prefill) {
+    fake_.QueuePrefill(nt::PrefillStep::Fail(c.failure));
+  } else if (!c.stream_payload.empty()) {
+    fake_.QueueDecode(nt::DecodeStep::Stream({c.stream_payload}));
+  } else {
+    fake_.QueueDecode(nt::DecodeStep::Fail(c.failure));
+  }
+  std::string rid;
+  Result r = Run(/*stream=*/true, Api::kCompletions, &rid);
+  const Outcome& o = r.outcome;
+  EXPECT_EQ(o.status, c.status);
+  EXPECT_EQ(o.error_type, c.type);
+  EXPECT_EQ(o.terminal, c.terminal);
+  EXPECT_EQ(o.reason, c.reason);
+  EXPECT_FALSE(o.output_started);
+  EXPECT_THAT(o.message, StartsWith(c.message_prefix));
+  const json row = Row(rid);
+  EXPECT_EQ(row["status"], c.status);
+  EXPECT_EQ(row["error_type"], std::string(ErrorTypeName(c.type)));
+  EXPECT_EQ(row["terminal"], std::string(TerminalName(c.terminal)));
+  EXPECT_EQ(row["attempt_failures"][0]["phase"], c.in_prefill ? "prefill" : "decode");
+  ExpectNoReservations();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mapping, FailureMappingTest,
+    ::testing::Values(
+        MappingCase{"PrefillEngine400", true, nt::EngineStatusFailure(400, "prompt too long"), "",
+                    400, ErrorType::kInvalidRequest, Terminal::kFailed, "engine_rejected",
+                    "prompt too long"},
+        MappingCase{"PrefillEngine503", true, nt::EngineStatusFailure(503), "", 502,
+                    ErrorType::kPrefill, Terminal::kFailed, "engine_error",
+                    "engine returned HTTP 503"},
+        MappingCase{"PrefillEngine504", true, nt::EngineStatusFailure(504), "", 504,
+                    ErrorType::kPrefill, Terminal::kFailed, "engine_timeout",
+                    "engine returned HTTP 504"},
+        MappingCase{"PrefillEngine408", true, nt::EngineStatusFailure(408), "", 504,
+                    ErrorType::kPrefill, Terminal::kFailed, "engine_overloaded",
+                    "engine returned HTTP 408"},
+        MappingCase{"PrefillConnectRefused", true, nt::ConnectRefused(), "", 502,
+                    ErrorType::kPrefill, Terminal::kFailed, "engine_unreachable",
+                    "engine unreachable"},
+        MappingCase{"PrefillNoHandoff", true, nt::NoHandoff(), "", 502, ErrorType::kPrefill,
+                    Terminal::kFailed, "invalid_response", "no handoff:"},
+        MappingCase{"DecodeEngine413", false, nt::EngineStatusFailure(413, "too big"), "", 413,
+                    ErrorType::kInvalidRequest, Terminal::kFailed, "engine_rejected", "too big"},
+        MappingCase{"DecodeEngine500", false, nt::EngineStatusFailure(500), "", 502,
+                    ErrorType::kDecode, Terminal::kFailed, "engine_error",
+                    "engine returned HTTP 500"},
+        MappingCase{"DecodeFirstTokenTimeout", false, nt::FirstTokenTimeout(), "", 504,
+                    ErrorType::kDecode, Terminal::kFailed, "engine_timeout",
+                    "no first token within"},
+        MappingCase{"DecodeMissingDone", false, nt::MissingDone(), "", 502, ErrorType::kDecode,
+                    Terminal::kFailed, "engine_error",
+                    "stream ended before the [DONE] terminator"},
+        MappingCase{"B11_DecodeDoneBeforeAnyToken", false, {}, nt::kDone, 502, ErrorType::kDecode,
+                    Terminal::kFailed, "engine_error",
+                    "stream ended with [DONE] before any token arrived"},
+        MappingCase{"B11_DecodeInStreamErrorKeepsItsCode", false, {},
+                    nt::StreamError(503, "overloaded"), 503, ErrorType::kDecode,
+                    Terminal::kFailed, "engine_error", "engine stream error 503"},
+        MappingCase{"DecodeRequestDeadline", false, nt::RequestDeadline(), "", 504,
+                    ErrorType::kRequestExpired, Terminal::kExpired, "deadline",
+                    "request deadline passed"}),
+    [](const ::testing::TestParamInfo<MappingCase>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------
+// B14 retries.
+
+TEST_F(RouterTest, B14_DefaultIsOneAttemptWithoutRetry) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  Start();
+  ASSERT_EQ(settings_.serving.max_attempts, 1);
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  const json row = Row(rid);
+  EXPECT_EQ(row["attempts"], 1);
+  ASSERT_EQ(row["attempt_failures"].size(), 1u);
+  const json& af = row["attempt_failures"][0];
+  EXPECT_EQ(af["attempt"], 1);
+  EXPECT_EQ(af["phase"], "decode");
+  EXPECT_EQ(af["iid"], fake_.decode_calls()[0].target.iid);
+  EXPECT_EQ(af["reason"], "engine_timeout");
+  EXPECT_EQ(af["status"], 504);
+  EXPECT_EQ(af["transient"], true);
+  EXPECT_EQ(af["output_started"], false);
+  EXPECT_EQ(af["retry_scheduled"], false);
+  EXPECT_EQ(af["retry_reason"], "attempt_limit");
+  EXPECT_EQ(Metric("narwhal_attempt_failures_total",
+                   {{"phase", "decode"}, {"reason", "engine_timeout"}}),
+            1);
+  EXPECT_EQ(Metric("narwhal_retry_attempts_total"), 0);
+}
+
+TEST_F(RouterTest, B14_TransientPrefillFailureRetriedOnAnotherProducer) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::EngineStatusFailure(503)));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  ASSERT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+  const auto prefills = fake_.prefill_calls();
+  ASSERT_EQ(prefills.size(), 2u);
+  EXPECT_NE(prefills[1].target.iid, prefills[0].target.iid);
+  const json row = Row(rid);
+  EXPECT_EQ(row["attempts"], 2);
+  EXPECT_EQ(row["prefill_iid"], prefills[1].target.iid);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_scheduled"], true);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "allowed");
+  EXPECT_EQ(row["attempt_failures"][0]["phase"], "prefill");
+}
+
+TEST_F(RouterTest, B14_FailedDecodeExcludesItsEngineAndThatAttemptsProducer) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::MissingDone()));
+  Result r = Run(true);
+  ASSERT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+  const auto prefills = fake_.prefill_calls();
+  const auto decodes = fake_.decode_calls();
+  ASSERT_EQ(prefills.size(), 2u);
+  ASSERT_EQ(decodes.size(), 2u);
+  EXPECT_NE(decodes[1].target.iid, decodes[0].target.iid);
+  EXPECT_NE(prefills[1].target.iid, prefills[0].target.iid);
+}
+
+TEST_F(RouterTest, B14_NonTransientFailureIsNotRetried) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 3;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::EngineStatusFailure(400, "bad prompt")));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 400);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "non_transient");
+}
+
+TEST_F(RouterTest, B16_StreamingFailureAfterOutputStartedIsNeverRetried) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 3;
+  Start();
+  fake_.QueueDecode(
+      nt::DecodeStep::FailAfter({nt::ChatRoleChunk(), nt::ChatChunk("a")}, nt::ReadTimeout()));
+  std::string rid;
+  Result r = Run(true, Api::kChatCompletions, &rid);
+  ASSERT_EQ(r.chunks.size(), 2u);  // the held role chunk, then "a"
+  EXPECT_EQ(r.chunks[1].text, "a");
+  const Outcome& o = r.outcome;
+  EXPECT_TRUE(o.output_started);
+  EXPECT_EQ(o.terminal, Terminal::kFailed);
+  EXPECT_EQ(o.status, 504);  // the terminal event's code
+  EXPECT_EQ(o.error_type, ErrorType::kDecode);
+  EXPECT_THAT(o.message, StartsWith("engine went silent between tokens"));
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  EXPECT_EQ(fake_.decode_calls().size(), 1u);
+  const json row = Row(rid);
+  EXPECT_EQ(row["status"], 504);
+  EXPECT_EQ(row["output_started"], true);
+  EXPECT_EQ(row["attempt_failures"][0]["output_started"], true);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "output_started");
+}
+
+TEST_F(RouterTest, B16_DeadlineAfterCommitIsRequestExpired) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::FailAfter({nt::CompletionChunk("a")}, nt::RequestDeadline()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  ASSERT_EQ(r.chunks.size(), 1u);
+  EXPECT_TRUE(r.outcome.output_started);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kRequestExpired);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
+  EXPECT_EQ(Row(rid)["status"], 504);
+}
+
+TEST_F(RouterTest, B14_NonStreamingRetriedAfterAMidStreamFailure) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::FailAfter({nt::CompletionChunk("stale ")}, nt::ReadTimeout()));
+  std::string rid;
+  Result r = Run(false, Api::kCompletions, &rid);
+  ASSERT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+  // The failed attempt's partial output is discarded.
+  EXPECT_EQ(r.outcome.body["choices"][0]["text"], "hello world");
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["output_started"], false);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "allowed");
+}
+
+TEST_F(RouterTest, B14_StreamingMetadataBeforeAFailureIsNotOutput) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::FailAfter({nt::ChatRoleChunk()}, nt::FirstTokenTimeout()));
+  Result r = Run(true, Api::kChatCompletions);
+  ASSERT_EQ(r.outcome.terminal, Terminal::kCompleted) << r.outcome.message;
+  // Only the second attempt's events reach the client: role, hello, world.
+  ASSERT_EQ(r.chunks.size(), 3u);
+  EXPECT_EQ(r.chunks[0].data, nt::ChatRoleChunk());
+  EXPECT_EQ(r.chunks[1].text, "hello");
+  EXPECT_EQ(r.chunks[2].text, " world");
+}
+
+TEST_F(RouterTest, B14_NoRetryWhenTheBackoffWouldPassTheDeadline) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  settings_.serving.retry_base_s = 1;
+  settings_.serving.retry_cap_s = 1;
+  Start();
+  Request req = MakeRequest(true);
+  req.deadline = req.arrived + 10ms;
+  // Fails 1 µs before the deadline: any backoff above 1 µs passes it.
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused(), 10ms - 1us));
+  const std::string rid = req.rid;
+  Result r = Run(std::move(req));
+  EXPECT_EQ(r.outcome.status, 502);  // the failed attempt's own status
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kPrefill);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "original_deadline");
+  EXPECT_EQ(router_->retry_budget().credits(), settings_.serving.retry_budget);
+}
+
+TEST_F(RouterTest, B14_SharedBudgetDeniesRetriesAndReplenishesPerSuccess) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  settings_.serving.retry_budget = 1;
+  settings_.serving.retry_replenish = 0.1;
+  Start();
+  EXPECT_EQ(Metric("narwhal_retry_credits"), 1);
+
+  // 1: retried with the only credit; its success adds 0.1 back.
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  ASSERT_EQ(Run(true).outcome.terminal, Terminal::kCompleted);
+  EXPECT_NEAR(router_->retry_budget().credits(), 0.1, 1e-9);
+  EXPECT_EQ(Metric("narwhal_retry_attempts_total"), 1);
+
+  // 2: no whole credit left: denied, ends with the failed attempt's status.
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  std::string rid;
+  Result denied = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(denied.outcome.status, 502);
+  EXPECT_EQ(denied.outcome.error_type, ErrorType::kPrefill);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "shared_budget");
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_scheduled"], false);
+  EXPECT_EQ(Metric("narwhal_retry_denied_total"), 1);
+
+  // Nine successes replenish 0.9: 0.1 + 0.9 makes a whole credit again.
+  for (int i = 0; i < 9; ++i) ASSERT_EQ(Run(true).outcome.status, 200);
+  EXPECT_NEAR(Metric("narwhal_retry_credits"), 1.0, 1e-9);
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  EXPECT_EQ(Run(true).outcome.terminal, Terminal::kCompleted);
+  EXPECT_EQ(Metric("narwhal_retry_attempts_total"), 2);
+  EXPECT_EQ(Metric("narwhal_retry_denied_total"), 1);
+}
+
+TEST_F(RouterTest, B14_CreditRefundedWhenTheRetryIsCancelledBeforeDispatch) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  settings_.serving.retry_budget = 1;
+  Start();
+  std::promise<std::shared_ptr<ResponseChannel>> channel_promise;
+  std::shared_future<std::shared_ptr<ResponseChannel>> channel_future =
+      channel_promise.get_future().share();
+  std::atomic<double> credits_during_backoff{-1};
+  clock_.SetSleepHook([&](nt::Duration) {
+    credits_during_backoff = router_->retry_budget().credits();
+    // The client goes away during the backoff.
+    if (channel_future.wait_for(10s) == std::future_status::ready) channel_future.get()->Cancel();
+  });
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(req));
+  channel_promise.set_value(channel);
+  Result r = Collect(*channel);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_EQ(credits_during_backoff.load(), 0);  // reserved when scheduled
+  EXPECT_EQ(router_->retry_budget().credits(), 1);  // returned: never dispatched
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  const json row = Row(rid);
+  EXPECT_EQ(row["terminal"], "cancelled");
+  EXPECT_TRUE(row["status"].is_null());
+  ExpectNoReservations();
+  clock_.SetSleepHook(nullptr);
+}
+
+TEST_F(RouterTest, B14_BackoffIsFullJitterWithinTheDoublingCeiling) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("p2", Role::kPrefill), Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 3;
+  settings_.serving.retry_base_s = 0.5;
+  settings_.serving.retry_cap_s = 0.75;
+  settings_.serving.retry_budget = 100;
+  Start();
+  constexpr int kRequests = 20;
+  for (int i = 0; i < kRequests; ++i) {
+    fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+    fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+    Result r = Run(true);
+    ASSERT_EQ(r.outcome.terminal, Terminal::kCompleted) << i << ": " << r.outcome.message;
+  }
+  const auto sleeps = clock_.sleeps();
+  ASSERT_EQ(sleeps.size(), 2u * kRequests);
+  double max_first = 0, max_second = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const double first = Seconds(sleeps[2 * i]);
+    const double second = Seconds(sleeps[2 * i + 1]);
+    // After failed attempt n: uniform in [0, min(cap, base * 2^(n-1))].
+    EXPECT_GE(first, 0);
+    EXPECT_LE(first, 0.5);
+    EXPECT_GE(second, 0);
+    EXPECT_LE(second, 0.75);
+    max_first = std::max(max_first, first);
+    max_second = std::max(max_second, second);
+  }
+  EXPECT_GT(max_first, 0.25);   // jittered, not always zero
+  EXPECT_GT(max_second, 0.5);   // the ceiling doubled (capped at 0.75)
+}
+
+TEST_F(RouterTest, B14_NoEngineLeftEndsWithTheOriginalFailure) {
+  settings_.serving.max_attempts = 2;  // p0 + d0 only
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kDecode);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "no_engine");
+  EXPECT_EQ(router_->retry_budget().credits(), settings_.serving.retry_budget);
+}
+
+// ---------------------------------------------------------------------------
+// B15 quarantine.
+
+TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.recovery.failure_quarantine_s = 5;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  EXPECT_EQ(Run(true).outcome.status, 502);
+  const std::string failed = fake_.prefill_calls()[0].target.iid;
+  const std::string other = failed == "p0" ? "p1" : "p0";
+
+  EngineSnapshot s = Snap(failed);
+  EXPECT_EQ(s.state, PlacementState::kQuarantined);
+  EXPECT_EQ(s.hold_kind, "timed");
+  ASSERT_TRUE(s.hold_remaining_s.has_value());
+  EXPECT_DOUBLE_EQ(*s.hold_remaining_s, 5.0);
+  EXPECT_THAT(s.hold_cause, HasSubstr("engine_unreachable"));
+  EXPECT_EQ(Metric("narwhal_engine_held", {{"iid", failed}, {"kind", "timed"}}), 1);
+  EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", failed}}), 1);
+  EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", other}}), 0);
+
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1s);
+    ASSERT_EQ(Run(true).outcome.status, 200);
+    EXPECT_EQ(fake_.prefill_calls().back().target.iid, other);
+  }
+
+  clock_.Advance(2s);  // 5 s after the failure
+  fleet_->PublishAll();
+  EXPECT_EQ(Snap(failed).state, PlacementState::kServing);
+  EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", failed}}), 0);
+  // Back in placement: with the other producer quarantined now, it serves.
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()), other);
+  ASSERT_EQ(Run(true).outcome.status, 502);
+  // Whichever took that request, only `failed` may serve the next one.
+  if (Snap(other).state == PlacementState::kQuarantined) {
+    ASSERT_EQ(Run(true).outcome.status, 200);
+    EXPECT_EQ(fake_.prefill_calls().back().target.iid, failed);
+  } else {
+    EXPECT_EQ(fake_.prefill_calls().back().target.iid, failed);
+  }
+}
+
+TEST_F(RouterTest, B15_TheLastEngineOfARoleIsNeverQuarantined) {
+  settings_.recovery.failure_quarantine_s = 5;  // p0 + d0
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(500)));
+  EXPECT_EQ(Run(true).outcome.status, 502);
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(Snap("d0").state, PlacementState::kServing);
+  EXPECT_EQ(Snap("p0").state, PlacementState::kServing);
+  EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", "d0"}}), 0);
+  EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", "p0"}}), 0);
+  EXPECT_EQ(Run(true).outcome.status, 200);
+}
+
+TEST_F(RouterTest, B15_QuarantineOffByDefault) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  EXPECT_EQ(Run(true).outcome.status, 502);
+  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+    EXPECT_EQ(s.state, PlacementState::kServing) << s.settings.iid;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// B17 breaker bookkeeping.
+
+TEST_F(RouterTest, B17_StreaksCountPerClassAndClearOnMatchingSuccesses) {
+  Start();  // p0 + d0, one attempt
+  // Prefill transport loss (timeout) and 503 (inference_status) on p0.
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  Run(true);
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::EngineStatusFailure(503)));
+  Run(true);
+  EXPECT_EQ(Streak("p0", "timeout"), 1);
+  EXPECT_EQ(Streak("p0", "inference_status"), 1);
+
+  // A prefill with a handoff clears connection, inference_status, kv_handoff
+  // — not timeout. Its decode goes silent mid-stream: d0 stream 1.
+  fake_.QueueDecode(nt::DecodeStep::FailAfter({nt::CompletionChunk("a")}, nt::ReadTimeout()));
+  Run(true);
+  EXPECT_EQ(Streak("p0", "inference_status"), 0);
+  EXPECT_EQ(Streak("p0", "timeout"), 1);
+  EXPECT_EQ(Streak("d0", "stream"), 1);
+
+  // 429 in decode: overload. Then [DONE] clears stream, not overload.
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(429)));
+  Run(true);
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  Run(true);
+  EXPECT_EQ(Streak("d0", "overload"), 1);
+  EXPECT_EQ(Streak("d0", "stream"), 2);
+  EXPECT_EQ(Snap("d0").streak[static_cast<int>(engines::BreakerClass::kStream)], 2);
+  ASSERT_EQ(Run(true).outcome.status, 200);
+  EXPECT_EQ(Streak("d0", "stream"), 0);
+  EXPECT_EQ(Streak("d0", "overload"), 1);
+
+  // 500 (inference_status), then an engine 4xx: alive, clears it.
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(500)));
+  Run(true);
+  EXPECT_EQ(Streak("d0", "inference_status"), 1);
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(400)));
+  Run(true);
+  EXPECT_EQ(Streak("d0", "inference_status"), 0);
+  EXPECT_EQ(Streak("d0", "overload"), 1);
+
+  // Connection failures are cleared by a successful leg.
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  Run(true);
+  EXPECT_EQ(Streak("p0", "connection"), 1);
+  ASSERT_EQ(Run(true).outcome.status, 200);
+  EXPECT_EQ(Streak("p0", "connection"), 0);
+  EXPECT_EQ(Streak("p0", "timeout"), 1);
+}
+
+TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode),
+                       Engine("d1", Role::kDecode)};
+  Start();  // eject_after 3, one attempt
+  for (const char* iid : {"d0", "d1"}) {
+    for (int i = 0; i < 3; ++i) fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()), iid);
+  }
+  std::string held;
+  for (int i = 0; i < 10 && held.empty(); ++i) {
+    EXPECT_EQ(Run(true).outcome.status, 504);
+    for (const char* iid : {"d0", "d1"}) {
+      if (Snap(iid).state == PlacementState::kHeld) held = iid;
+    }
+  }
+  ASSERT_FALSE(held.empty());
+  const std::string other = held == "d0" ? "d1" : "d0";
+  EXPECT_EQ(Snap(held).hold_kind, "inference");
+  EXPECT_EQ(Metric("narwhal_engine_held", {{"iid", held}, {"kind", "inference"}}), 1);
+  EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", held}}), 0);
+  fake_.ClearQueues();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Run(true).outcome.status, 200);
+    EXPECT_EQ(fake_.decode_calls().back().target.iid, other);
+  }
+  bool journaled = false;
+  for (const json& row : nt::ReadJournal(journal_path_)) {
+    journaled = journaled || (row.value("event", "") == "engine_hold_started" &&
+                              row.value("iid", "") == held &&
+                              row.value("hold_kind", "") == "inference");
+  }
+  EXPECT_TRUE(journaled);
+}
+
+TEST_F(RouterTest, B17_InvalidContinuationCountsAgainstTheProducer) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::InvalidContinuation());
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 502);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kDecode);
+  EXPECT_THAT(r.outcome.message, StartsWith("invalid continuation:"));
+  EXPECT_EQ(Streak("p0", "kv_handoff"), 1);
+  EXPECT_EQ(Streak("d0", "kv_handoff"), 0);
+  EXPECT_EQ(Metric("narwhal_handoff_rejected_total", {{"reason", "invalid_continuation"}}), 1);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["class"], "kv_handoff");
+}
+
+TEST_F(RouterTest, B17_ClientFaultsAreNoEvidence) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(400)));
+  Run(true);
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::RequestDeadline()));
+  Run(true);
+  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+    for (int c = 0; c < engines::kBreakerClassCount; ++c) {
+      EXPECT_EQ(s.streak[c], 0) << s.settings.iid << " class " << c;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// B19 disconnect cancellation.
+
+TEST_F(RouterTest, B19_CancelAbortsTheDecodeLegAndIsNeverRetried) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 3;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(req));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  channel->Cancel();
+  Result r = Collect(*channel);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_FALSE(r.outcome.output_started);
+  const auto decodes = fake_.decode_calls();
+  ASSERT_EQ(decodes.size(), 1u);
+  EXPECT_TRUE(decodes[0].saw_cancel);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);  // never retried
+  ExpectNoReservations();
+  const json row = Row(rid);
+  EXPECT_EQ(row["terminal"], "cancelled");
+  EXPECT_TRUE(row["status"].is_null());
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "cancelled");
+  EXPECT_EQ(Metric("narwhal_requests_total",
+                   {{"api", "completions"}, {"door", "http"}, {"terminal", "cancelled"}}),
+            1);
+  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+    for (int c = 0; c < engines::kBreakerClassCount; ++c) EXPECT_EQ(s.streak[c], 0);
+  }
+}
+
+TEST_F(RouterTest, B19_CancelDuringPrefill) {
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Block());
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(false));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  EXPECT_EQ(Snap("p0").inflight_prefill, 1);
+  channel->Cancel();
+  Result r = Collect(*channel);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_TRUE(fake_.prefill_calls()[0].saw_cancel);
+  EXPECT_TRUE(fake_.decode_calls().empty());
+  ExpectNoReservations();
+}
+
+TEST_F(RouterTest, B19_CancelAfterOutputStarted) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({nt::CompletionChunk("a")}));
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(req));
+  Chunk c;
+  ASSERT_EQ(channel->Next(&c, 10s), ResponseChannel::Pop::kChunk);
+  EXPECT_EQ(c.text, "a");
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  channel->Cancel();
+  Result r = Collect(*channel);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_TRUE(r.outcome.output_started);
+  EXPECT_EQ(Row(rid)["terminal"], "cancelled");
+  ExpectNoReservations();
+}
+
+// ---------------------------------------------------------------------------
+// Admission and drain.
+
+TEST_F(RouterTest, Admission_InflightLimitRejectsAtOnceWith429) {
+  settings_.serving.max_inflight = 1;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
+  std::shared_ptr<ResponseChannel> first = router_->Submit(MakeRequest(true));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  std::shared_ptr<ResponseChannel> second = router_->Submit(std::move(req));
+  Chunk c;
+  ASSERT_EQ(second->TryNext(&c), ResponseChannel::Pop::kEnd);  // already finished
+  const Outcome& o = second->outcome();
+  EXPECT_EQ(o.status, 429);
+  EXPECT_EQ(o.error_type, ErrorType::kRateLimit);
+  EXPECT_EQ(o.terminal, Terminal::kRejected);
+  EXPECT_EQ(o.reason, "inflight_limit");
+  const json row = Row(rid);
+  EXPECT_EQ(row["terminal"], "rejected");
+  EXPECT_EQ(row["reason"], "inflight_limit");
+  EXPECT_EQ(row["status"], 429);
+  EXPECT_EQ(row["error_type"], "rate_limit_error");
+  EXPECT_EQ(Metric("narwhal_requests_total",
+                   {{"api", "completions"}, {"door", "http"}, {"terminal", "rejected"}}),
+            1);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+
+  first->Cancel();
+  EXPECT_EQ(Collect(*first).outcome.terminal, Terminal::kCancelled);
+}
+
+TEST_F(RouterTest, Admission_SlotIsFreeOnceTheOutcomeIsVisible) {
+  // A client that receives its response and at once sends the next request
+  // must not be refused by its own finished request.
+  settings_.serving.max_inflight = 1;
+  Start();
+  std::promise<void> polled;
+  std::shared_future<void> polled_future = polled.get_future().share();
+  nt::PrefillStep step = nt::PrefillStep::Ok();
+  step.on_start = [polled_future] { polled_future.wait_for(10s); };
+  fake_.QueuePrefill(step);
+  std::shared_ptr<ResponseChannel> first = router_->Submit(MakeRequest(false));
+
+  std::promise<std::shared_ptr<ResponseChannel>> next_promise;
+  std::atomic<bool> submitted{false};
+  first->SetReadyCallback([&] {
+    // Runs the moment the first request's end becomes visible.
+    Chunk c;
+    if (first->TryNext(&c) == ResponseChannel::Pop::kEnd && !submitted.exchange(true)) {
+      next_promise.set_value(router_->Submit(MakeRequest(false)));
+    }
+  });
+  Chunk c;
+  ASSERT_EQ(first->TryNext(&c), ResponseChannel::Pop::kEmpty);
+  polled.set_value();
+  auto next_future = next_promise.get_future();
+  ASSERT_EQ(next_future.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(first->outcome().status, 200);
+  Result r = Collect(*next_future.get());
+  EXPECT_EQ(r.outcome.status, 200) << r.outcome.message;
+  WaitIdle();
+}
+
+TEST_F(RouterTest, Admission_SubmitAfterDrainIs503) {
+  Start();
+  router_->Drain(0s);
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  Result r = Run(std::move(req));
+  EXPECT_EQ(r.outcome.status, 503);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kBackendUnavailable);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kRejected);
+  EXPECT_EQ(Row(rid)["status"], 503);
+  EXPECT_TRUE(fake_.prefill_calls().empty());
+}
+
+TEST_F(RouterTest, DrainCancelsRequestsThatOutliveTheGrace) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
+  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(true));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  router_->Drain(0s);
+  EXPECT_EQ(router_->inflight(), 0);
+  Result r = Collect(*channel);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_TRUE(fake_.decode_calls()[0].saw_cancel);
+  ExpectNoReservations();
+}
+
+TEST_F(RouterTest, RecordRefusedJournalsAndCounts) {
+  Start();
+  Request req = MakeRequest(false);
+  Outcome o;
+  o.terminal = Terminal::kInvalid;
+  o.status = 400;
+  o.error_type = ErrorType::kInvalidRequest;
+  o.message = "malformed JSON";
+  router_->RecordRefused(req, o);
+  const json row = Row(req.rid);
+  EXPECT_EQ(row["terminal"], "invalid");
+  EXPECT_EQ(row["status"], 400);
+  EXPECT_EQ(row["attempts"], 0);
+  EXPECT_EQ(Metric("narwhal_requests_total", {{"terminal", "invalid"}}), 1);
+}
+
+TEST_F(RouterTest, EveryRequestWritesExactlyOneJournalRow) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(400)));
+  std::vector<std::string> rids(3);
+  for (std::string& rid : rids) Run(true, Api::kCompletions, &rid);
+  std::vector<json> rows;
+  for (json& row : nt::ReadJournal(journal_path_)) {
+    if (row.contains("rid")) rows.push_back(std::move(row));  // not event rows
+  }
+  ASSERT_EQ(rows.size(), 3u);
+  for (size_t i = 0; i < rids.size(); ++i) EXPECT_EQ(rows[i]["rid"], rids[i]);
+}
+
+}  // namespace
+}  // namespace narwhal::router
