@@ -1,8 +1,10 @@
 #include "engines/http_engine_client.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cstdio>
 
@@ -72,8 +74,11 @@ EngineFailure TransportFailure(Phase phase, const EngineTarget& target, httplib:
   }
 }
 
+// Time left until `deadline`, at least 1 ms and at most a day (httplib keeps
+// timeouts as int milliseconds; the watchdog enforces the real bounds).
 std::chrono::microseconds Remaining(MonoTime deadline) {
-  const auto left = deadline - MonoClock::now();
+  const auto left = std::min(deadline - MonoClock::now(),
+                             std::chrono::duration_cast<MonoClock::duration>(std::chrono::hours(24)));
   return std::max(std::chrono::duration_cast<std::chrono::microseconds>(left),
                   std::chrono::microseconds(1000));
 }
@@ -83,11 +88,18 @@ class Leg {
  public:
   Leg(LegWatchdog& watchdog, const std::string& host, int port, const LegOptions& options)
       : client_(host, port),
-        timer_(watchdog.NewTimer([this] { client_.stop(); })),
+        timer_(watchdog.NewTimer([this] { Abort(); })),
         cancel_hook_(options.cancel, [this] {
           cancelled_.store(true);
-          client_.stop();
-        }) {}
+          Abort();
+        }) {
+    // httplib's stop() has no effect before send() opened its socket; an
+    // abort that lands earlier (while the body is built) kills the socket
+    // as soon as it exists.
+    client_.set_socket_options([this](socket_t sock) {
+      if (aborted_.load()) ::shutdown(sock, SHUT_RDWR);
+    });
+  }
   ~Leg() { timer_->Disarm(); }
 
   httplib::Client& client() { return client_; }
@@ -100,7 +112,13 @@ class Leg {
   }
 
  private:
+  void Abort() {
+    aborted_.store(true);
+    client_.stop();
+  }
+
   httplib::Client client_;
+  std::atomic<bool> aborted_{false};
   std::shared_ptr<LegWatchdog::Timer> timer_;
   std::atomic<bool> cancelled_{false};
   CancelToken::Registration cancel_hook_;
@@ -125,7 +143,7 @@ bool ParseEngineUrl(const std::string& url, std::string* host, int* port) {
   std::string h = rest.substr(0, colon);
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   const std::string p = rest.substr(colon + 1);
-  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), ::isdigit)) return false;
+  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) return false;
   const int n = std::stoi(p);
   if (n < 1 || n > 65535) return false;
   *host = h;

@@ -17,6 +17,7 @@ const char* FindLineEnd(const char* p, const char* end) {
 
 bool SseReader::Feed(std::string_view bytes, const EventFn& on_event) {
   if (!error_.empty()) return false;
+  if (bytes.empty()) return true;  // keeps a pending CR of a split CRLF
   const char* p = bytes.data();
   const char* const end = p + bytes.size();
   if (last_was_cr_ && p < end && *p == '\n') ++p;  // the LF of a CRLF split across reads

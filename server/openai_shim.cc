@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -115,7 +116,7 @@ bool SplitHostPort(const std::string& address, std::string* host, int* port) {
   std::string h = address.substr(0, colon);
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   const std::string p = address.substr(colon + 1);
-  if (p.size() > 5 || !std::all_of(p.begin(), p.end(), ::isdigit)) return false;
+  if (p.size() > 5 || !std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) return false;
   const int n = std::stoi(p);
   if (n > 65535) return false;
   *host = h;

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Measures the router against external narwhal-sim processes (so the router's
+# CPU time is its own): relayed frames per router CPU-second through HTTP and
+# gRPC at two concurrencies, and the router's added latency to the first
+# token compared with a client that calls the prefill and decode sims itself.
+#
+#   tests/bench/router_bench.sh [BUILD_DIR] [DURATION_S]
+#
+# Numbers on a shared 2-core machine are noisy: compare the ratios of one run.
+set -euo pipefail
+build="${1:-build}"
+duration="${2:-10}"
+bin="$build/bin"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+start_sim() {  # id role -> prints port
+  "$bin/narwhal-sim" --port 0 --engine-id "$1" --role "$2" --token-interval-ms "${TOKEN_MS:-2}" \
+    --threads 1024 >"$work/$1.out" 2>"$work/$1.err" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    grep -q ready "$work/$1.out" 2>/dev/null && break
+    sleep 0.05
+  done
+  grep -o 'port=[0-9]*' "$work/$1.out" | cut -d= -f2
+}
+
+p0=$(start_sim p0 prefill); p1=$(start_sim p1 prefill)
+d0=$(start_sim d0 decode); d1=$(start_sim d1 decode)
+cat >"$work/fleet.json" <<JSON
+{"model": "Qwen/Qwen3-0.6B",
+ "engines": [
+   {"iid": "p0", "url": "http://127.0.0.1:$p0", "role": "prefill"},
+   {"iid": "p1", "url": "http://127.0.0.1:$p1", "role": "prefill"},
+   {"iid": "d0", "url": "http://127.0.0.1:$d0", "role": "decode"},
+   {"iid": "d1", "url": "http://127.0.0.1:$d1", "role": "decode"}],
+ "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30}}
+JSON
+"$bin/narwhal-serve" --config "$work/fleet.json" --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
+  --admin 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.err" &
+serve=$!
+pids+=($serve)
+for _ in $(seq 100); do grep -q ready "$work/serve.out" 2>/dev/null && break; sleep 0.05; done
+http=$(grep -o 'http=[^ ]*' "$work/serve.out" | cut -d= -f2)
+grpc=$(grep -o 'grpc=[^ ]*' "$work/serve.out" | cut -d= -f2)
+
+echo "# router pid $serve; sims p0:$p0 p1:$p1 d0:$d0 d1:$d1; ${duration}s per row; token interval ${TOKEN_MS:-2} ms"
+for c in 64 256; do
+  "$bin/narwhal-bench" --mode direct --prefill "http://127.0.0.1:$p0" --decode "http://127.0.0.1:$d0" \
+    --concurrency "$c" --duration-s "$duration"
+  "$bin/narwhal-bench" --mode http --target "$http" --pid "$serve" --concurrency "$c" --duration-s "$duration"
+  "$bin/narwhal-bench" --mode grpc --target "$grpc" --pid "$serve" --concurrency "$c" --duration-s "$duration"
+done
