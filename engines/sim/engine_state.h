@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/synchronization/notification.h"
 #include "engines/sim/fault_rules.h"
 #include "engines/sim/kv_store.h"
 #include "engines/sim/request_log.h"
 #include "engines/sim/sim_log.h"
 #include "engines/sim/sim_options.h"
+#include "engines/sim/stop_signal.h"
 
 namespace narwhal::sim {
 
@@ -35,7 +35,7 @@ struct EngineState {
   KvStore kv;
   RequestLog requests;
   // Notified once when the engine stops: every wait ends.
-  absl::Notification stopping;
+  StopSignal stopping;
   // Inference requests in progress (vllm:num_requests_running).
   std::atomic<int> running{0};
 };

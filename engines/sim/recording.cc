@@ -4,6 +4,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace narwhal::sim {
+namespace {
+
+// Larger bodies are not kept (the ring holds 2000 records).
+constexpr size_t kMaxRecordedBody = 256 << 10;
+
+}  // namespace
 
 uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
   RequestRecord record;
@@ -25,7 +31,10 @@ uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
       record.headers[key] = value;
     }
   }
-  if (!req.body.empty()) {
+  record.body_bytes = req.body.size();
+  if (req.body.size() > kMaxRecordedBody) {
+    record.body_truncated = true;
+  } else if (!req.body.empty()) {
     record.body = nlohmann::json::parse(req.body, nullptr, false);
     if (record.body.is_discarded()) record.body = req.body;
   }

@@ -37,6 +37,8 @@ nlohmann::json RequestRecord::ToJson() const {
           {"phase", OrNull(phase)},
           {"headers", headers},
           {"body", body},
+          {"body_bytes", body_bytes},
+          {"body_truncated", body_truncated},
           {"status", status == 0 ? nlohmann::json(nullptr) : nlohmann::json(status)},
           {"fault", OrNull(fault)},
           {"ended_at",

@@ -42,15 +42,18 @@ struct RequestRecord {
   std::string phase;         // "prefill" | "decode"; empty = not inference
   nlohmann::json headers = nlohmann::json::object();  // lower-case names
   nlohmann::json body;       // parsed JSON, the raw text, or null when empty
+                             // or not kept
+  size_t body_bytes = 0;
+  bool body_truncated = false;  // too large to keep
   int status = 0;            // HTTP status sent; 0 = none (yet)
   std::string fault;         // kind of the fault that fired; empty = none
   double ended_at = 0;       // 0 while open
   RequestEnd end = RequestEnd::kOpen;
   int tokens_sent = 0;
 
-  // {"seq", "at", "method", "path", "phase", "headers", "body", "status",
-  //  "fault", "ended_at", "end", "tokens_sent"}; empty strings and zero
-  //  times/statuses are null.
+  // {"seq", "at", "method", "path", "phase", "headers", "body",
+  //  "body_bytes", "body_truncated", "status", "fault", "ended_at", "end",
+  //  "tokens_sent"}; empty strings and zero times/statuses are null.
   nlohmann::json ToJson() const;
 };
 

@@ -1,12 +1,14 @@
 // Interruptible waits of one request: every pause of the simulator (latency,
 // injected delays and silences) ends early when the client goes away or the
-// engine stops, so no request outlives either.
+// engine stops, so no request outlives either. A wait blocks in ppoll() on
+// the client's socket (peer hang-up) and the engine's stop signal: waiting
+// costs no CPU however many requests wait.
 #ifndef NARWHAL_ENGINES_SIM_WAITER_H_
 #define NARWHAL_ENGINES_SIM_WAITER_H_
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engines/peer_socket.h"
+#include "engines/sim/stop_signal.h"
 
 namespace narwhal::sim {
 
@@ -14,12 +16,12 @@ enum class WaitEnd { kElapsed, kClientGone, kStopped };
 
 class Waiter {
  public:
-  // How often the peer socket is checked while waiting.
-  static constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
+  // Upper bound of one ppoll() call (waits longer than this loop).
+  static constexpr absl::Duration kMaxSlice = absl::Milliseconds(250);
 
-  // `stop` is notified when the engine stops; `peer` may be invalid (then
-  // only the engine stopping ends a wait early). `stop` must outlive this.
-  Waiter(const absl::Notification* stop, engines::PeerSocket peer)
+  // `peer` may be invalid (then only the engine stopping ends a wait
+  // early). `stop` must outlive this.
+  Waiter(const StopSignal* stop, engines::PeerSocket peer)
       : stop_(stop), peer_(peer) {}
 
   // Waits `duration` (nothing for <= 0, but still reports a gone client or
@@ -27,12 +29,12 @@ class Waiter {
   WaitEnd Sleep(absl::Duration duration) const;
 
   // The current state without waiting.
-  WaitEnd Check() const;
+  WaitEnd Check() const { return Sleep(absl::ZeroDuration()); }
 
   const engines::PeerSocket& peer() const { return peer_; }
 
  private:
-  const absl::Notification* stop_;
+  const StopSignal* stop_;
   engines::PeerSocket peer_;
 };
 

@@ -75,6 +75,13 @@ std::string SimProcess::BinaryPath() {
 
 absl::StatusOr<std::unique_ptr<SimProcess>> SimProcess::Start(
     std::vector<std::string> args, absl::Duration ready_timeout) {
+  // Engines cut connections on purpose; a client write into one must not
+  // kill the test process.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
   std::unique_ptr<SimProcess> sim(new SimProcess());
   if (!FlagValue(args, "--port").has_value()) SetFlag(&args, "--port", "0");
   if (!FlagValue(args, "--engine-id").has_value()) {

@@ -13,6 +13,8 @@
 // ("sim-<random>") unless they name one, and "--exit-on-stdin-eof": the
 // child's stdin is a pipe held by this object, so a test process that dies
 // takes its engines with it. The child's stderr (its log) is inherited.
+// Start() also makes the test process ignore SIGPIPE (when at its default):
+// engines cut connections on purpose.
 // Not thread-safe: use one SimProcess from one thread at a time (the engine
 // itself serves any number of concurrent clients).
 #ifndef NARWHAL_TESTS_FAKES_SIM_PROCESS_H_

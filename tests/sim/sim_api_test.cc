@@ -239,6 +239,7 @@ TEST_F(SimApiTest, RecordsRequests) {
   EXPECT_EQ((*record)["path"], "/v1/completions");
   EXPECT_EQ((*record)["phase"], "decode");
   EXPECT_EQ((*record)["body"], body);
+  EXPECT_EQ((*record)["body_truncated"], false);
   EXPECT_EQ((*record)["status"], 200);
   EXPECT_EQ((*record)["end"], "complete");
   EXPECT_EQ((*record)["tokens_sent"], 3);
@@ -250,6 +251,17 @@ TEST_F(SimApiTest, RecordsRequests) {
   absl::StatusOr<json> records = sim_->Requests();
   ASSERT_TRUE(records.ok());
   EXPECT_TRUE(records->empty());
+}
+
+TEST_F(SimApiTest, LargeBodiesAreNotKept) {
+  const json body = CompletionBody(std::string(300 << 10, 'a'), 1, false);
+  PostJson(*sim_, "/v1/completions", body, {{"X-Request-Id", "big-1"}});
+  std::optional<json> record = WaitForRecord(
+      *sim_, "big-1", [](const json& r) { return !r["end"].is_null(); });
+  ASSERT_TRUE(record.has_value());
+  EXPECT_TRUE((*record)["body"].is_null());
+  EXPECT_EQ((*record)["body_truncated"], true);
+  EXPECT_EQ((*record)["body_bytes"], body.dump().size());
 }
 
 TEST_F(SimApiTest, ValidationFailuresAreRecordedAsErrors) {
