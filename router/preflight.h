@@ -13,12 +13,25 @@
 //              first token within first_token_timeout_s and ends with [DONE].
 //              A first-token miss is an "unconfirmed transfer". Pairs are a
 //              full mesh of ordered pairs, or a ring (each producer with one
-//              consumer, every engine covered).
-// Engines that fail reach are skipped by later gates (reported `skipped`).
+//              consumer, every engine covered; see PreflightPairs).
+// Engines that fail reach are skipped by later gates (reported `skipped`);
+// engines that fail model are skipped by produce and consume.
+//
+// Bounds: control requests (reach, contract, model) take at most
+// engine.health_timeout_s each. A probe's prefill leg is bounded by
+// engine.first_token_timeout_s; its decode leg's first token by the client's
+// first-token budget (HttpEngineClient is configured with the same
+// engine.first_token_timeout_s); each pair attempt as a whole, and each
+// produce check, by serving.request_timeout_s. Checks and pairs run one at a
+// time, in config order. Every pair gets a fresh handoff (never the produce
+// gate's, never another pair's) for a prompt with a unique prefix, and
+// decodes max_tokens 2.
 #ifndef NARWHAL_ROUTER_PREFLIGHT_H_
 #define NARWHAL_ROUTER_PREFLIGHT_H_
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +43,11 @@
 namespace narwhal::router {
 
 enum class PairMode { kMesh, kRing };
+
+// "mesh" / "ring".
+const char* PairModeName(PairMode mode);
+// Parses "mesh" or "ring"; false (and *mode untouched) otherwise.
+bool ParsePairMode(std::string_view name, PairMode* mode);
 
 struct PreflightCheck {
   std::string gate;    // reach | contract | model | produce
@@ -76,7 +94,19 @@ struct PreflightReport {
 PreflightReport RunPreflight(const Settings& settings, engines::EngineClient& client,
                              const Clock& clock, PairMode pairs);
 
-// The ordered role-permitted pairs for `mode` (exposed for tests).
+// The ordered role-permitted pairs for `mode` (exposed for tests), as
+// (producer iid, consumer iid). Producers P are the prefill-capable engines
+// and consumers C the decode-capable ones, both in config order; a pair
+// never joins an engine with itself.
+//   mesh: every (p, c) with p != c, producer-major.
+//   ring: with n = max(|P|, |C|), pair k (k = 0..n-1) joins P[k mod |P|] to
+//         the first consumer at or after C[k mod |C|] (cyclically) that is
+//         not the producer itself; duplicates are dropped. Then every engine
+//         that has a permitted partner in some role but appears in no pair in
+//         that role gets one more pair, with its first permitted partner in
+//         config order. So every producer and every consumer is covered with
+//         about max(|P|, |C|) pairs: 2 prefill + 2 decode -> p0>d0, p1>d1;
+//         three `both` engines -> e0>e1, e1>e2, e2>e0.
 std::vector<std::pair<std::string, std::string>> PreflightPairs(const Settings& settings,
                                                                 PairMode mode);
 

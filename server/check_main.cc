@@ -1,0 +1,134 @@
+// narwhal-check: preflight of a fleet (SPEC §2, B18), the same checks the
+// admin RunPreflight RPC runs.
+//
+//   narwhal-check --config PATH [--json] [--pairs mesh|ring]
+//
+// Prints a table (or, with --json, one JSON document) on stdout. Exit status:
+// 0 when every gate passes, 1 when a gate fails or the config is invalid,
+// 2 on bad arguments.
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "engines/http_engine_client.h"
+#include "router/clock.h"
+#include "router/preflight.h"
+#include "server/config_loader.h"
+
+namespace narwhal::server {
+namespace {
+
+constexpr char kUsage[] = "usage: narwhal-check --config PATH [--json] [--pairs mesh|ring]\n";
+
+struct Args {
+  std::string config;
+  bool json = false;
+  router::PairMode pairs = router::PairMode::kMesh;
+};
+
+enum class ParseResult { kOk, kHelp, kBad };
+
+// Flags take their value as the next argument or after '='.
+ParseResult ParseArgs(int argc, char** argv, Args* args) {
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string inline_value;
+    bool has_inline = false;
+    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = flag.substr(eq + 1);
+      flag.resize(eq);
+      has_inline = true;
+    }
+    auto value = [&](std::string* out) {
+      if (has_inline) {
+        *out = inline_value;
+      } else if (i + 1 < argc) {
+        *out = argv[++i];
+      } else {
+        std::cerr << "narwhal-check: " << flag << " needs a value\n" << kUsage;
+        return false;
+      }
+      return true;
+    };
+    if (flag == "--config") {
+      if (!value(&args->config)) return ParseResult::kBad;
+      if (args->config.empty()) {
+        std::cerr << "narwhal-check: --config needs a value\n" << kUsage;
+        return ParseResult::kBad;
+      }
+    } else if (flag == "--pairs") {
+      std::string mode;
+      if (!value(&mode)) return ParseResult::kBad;
+      if (!router::ParsePairMode(mode, &args->pairs)) {
+        std::cerr << "narwhal-check: --pairs must be mesh or ring (got \"" << mode << "\")\n"
+                  << kUsage;
+        return ParseResult::kBad;
+      }
+    } else if (flag == "--json" && !has_inline) {
+      args->json = true;
+    } else if ((flag == "--help" || flag == "-h") && !has_inline) {
+      return ParseResult::kHelp;
+    } else {
+      std::cerr << "narwhal-check: unknown argument " << argv[i] << "\n" << kUsage;
+      return ParseResult::kBad;
+    }
+  }
+  if (args->config.empty()) {
+    std::cerr << "narwhal-check: --config is required\n" << kUsage;
+    return ParseResult::kBad;
+  }
+  return ParseResult::kOk;
+}
+
+std::string EnvOrEmpty(const std::string& name) {
+  if (name.empty()) return "";
+  const char* v = std::getenv(name.c_str());
+  return v == nullptr ? "" : v;
+}
+
+int Check(const Args& args) {
+  signal(SIGPIPE, SIG_IGN);
+  auto loaded = LoadFleetConfig(args.config);
+  if (!loaded.ok()) {
+    std::cerr << "narwhal-check: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  const router::Settings& settings = *loaded;
+
+  engines::HttpEngineClientOptions engine_options;
+  engine_options.first_token_timeout_s = settings.engine.first_token_timeout_s;
+  engine_options.decode_read_timeout_s = settings.engine.decode_read_timeout_s;
+  engine_options.connect_timeout_s = settings.engine.connect_timeout_s;
+  engine_options.connector = settings.engine.connector;
+  engine_options.api_key = EnvOrEmpty(settings.engine.api_key_env);
+  engines::HttpEngineClient client(engine_options);
+  router::RealClock clock;
+
+  const router::PreflightReport report = router::RunPreflight(settings, client, clock, args.pairs);
+  if (args.json) {
+    std::cout << report.ToJson().dump(2) << "\n";
+  } else {
+    std::cout << report.ToTable();
+  }
+  std::cout.flush();
+  return report.passed ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace narwhal::server
+
+int main(int argc, char** argv) {
+  narwhal::server::Args args;
+  switch (narwhal::server::ParseArgs(argc, argv, &args)) {
+    case narwhal::server::ParseResult::kHelp:
+      std::cout << narwhal::server::kUsage;
+      return 0;
+    case narwhal::server::ParseResult::kBad:
+      return 2;
+    case narwhal::server::ParseResult::kOk:
+      break;
+  }
+  return narwhal::server::Check(args);
+}
