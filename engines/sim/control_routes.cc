@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engines/sim/json_parse.h"
 #include "engines/sim/responses.h"
 #include "engines/sim/routes.h"
 
@@ -22,7 +23,7 @@ void Error(httplib::Response& res, int status, std::string message) {
 
 void HandlePull(EngineState& state, const httplib::Request& req,
                 httplib::Response& res) {
-  const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+  const nlohmann::json body = ParseJson(req.body);
   if (!body.is_object() || !body.contains("remote_request_id") ||
       !body["remote_request_id"].is_string()) {
     Error(res, 400, "remote_request_id: required string");

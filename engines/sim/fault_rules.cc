@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engines/sim/json_parse.h"
 
 namespace narwhal::sim {
 namespace {
@@ -328,7 +329,7 @@ absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
 }
 
 absl::StatusOr<std::vector<FaultRule>> ParseFaultBody(absl::string_view body) {
-  nlohmann::json document = nlohmann::json::parse(body, nullptr, false);
+  nlohmann::json document = ParseJson(body);
   if (document.is_discarded()) {
     return absl::InvalidArgumentError("body: invalid JSON");
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engines/peer_socket.h"
 #include "engines/sim/generation.h"
+#include "engines/sim/json_parse.h"
 #include "engines/sim/openai_request.h"
 #include "engines/sim/recording.h"
 #include "engines/sim/responses.h"
@@ -19,7 +20,7 @@ namespace {
 std::string RequestIdOf(const httplib::Request& req) {
   std::string id = req.get_header_value("X-Request-Id");
   if (!id.empty()) return id;
-  const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+  const nlohmann::json body = ParseJson(req.body);
   if (body.is_object() && body.contains("request_id") &&
       body["request_id"].is_string() &&
       !body["request_id"].get<std::string>().empty()) {

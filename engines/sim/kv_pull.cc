@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "engines/sim/json_parse.h"
 #include "engines/sim/responses.h"
 
 namespace narwhal::sim {
@@ -46,7 +47,7 @@ PullReply PullHandoff(const KvParams& params,
     return reply;
   }
   const nlohmann::json answer =
-      nlohmann::json::parse(result->body, nullptr, false);
+      ParseJson(result->body);
   if (answer.is_discarded() || !answer.is_object() ||
       !answer.contains("remote_block_ids")) {
     reply.detail = "producer answered an unreadable body";

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engines/sim/json_parse.h"
 #include "engines/sim/text_gen.h"
 
 namespace narwhal::sim {
@@ -207,7 +208,12 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
         Invalid("Unsupported Media Type: Only 'application/json' is allowed");
     return parsed;
   }
-  request.body = nlohmann::json::parse(body, nullptr, false);
+  if (!JsonDepthWithin(body)) {
+    parsed.error = Invalid(absl::StrCat("JSON nesting deeper than ",
+                                        kMaxJsonDepth, " levels"));
+    return parsed;
+  }
+  request.body = ParseJson(body);
   if (request.body.is_discarded()) {
     parsed.error = Invalid("JSON decode error");
     return parsed;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engines/sim/json_parse.h"
 
 namespace narwhal::sim {
 namespace {
@@ -35,7 +36,7 @@ uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
   if (req.body.size() > kMaxRecordedBody) {
     record.body_truncated = true;
   } else if (!req.body.empty()) {
-    record.body = nlohmann::json::parse(req.body, nullptr, false);
+    record.body = ParseJson(req.body);
     if (record.body.is_discarded()) record.body = req.body;
   }
   return state.requests.Add(std::move(record));

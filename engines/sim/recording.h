@@ -13,6 +13,8 @@ namespace narwhal::sim {
 // Adds the record of `req` (method, path, lower-cased headers with the
 // Authorization credentials redacted, body) and returns its seq. Bodies over
 // 256 KiB are not kept: the record says body_truncated and body_bytes.
+// Bodies that are not JSON (or nest too deep to keep as JSON) are recorded
+// as their raw text.
 uint64_t BeginRecord(EngineState& state, const httplib::Request& req);
 
 // Sets the status and ends the record now.

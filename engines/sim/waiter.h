@@ -28,11 +28,6 @@ class Waiter {
   // a stopped engine).
   WaitEnd Sleep(absl::Duration duration) const;
 
-  // The current state without waiting.
-  WaitEnd Check() const { return Sleep(absl::ZeroDuration()); }
-
-  const engines::PeerSocket& peer() const { return peer_; }
-
  private:
   const StopSignal* stop_;
   engines::PeerSocket peer_;

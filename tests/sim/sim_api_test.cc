@@ -227,6 +227,31 @@ TEST_F(SimApiTest, ValidationErrorsAre400) {
             "KV-transfer producer requests are not supported with streaming");
 }
 
+TEST_F(SimApiTest, SurvivesDeeplyNestedBodies) {
+  const std::string nest(100000, '[');
+  const std::string unnest(100000, ']');
+  httplib::Client client(sim_->host(), sim_->port());
+  httplib::Result result = client.Post(
+      "/v1/completions",
+      R"({"prompt":"x","kv_transfer_params":{"do_remote_prefill":true,)"
+      R"("remote_block_ids":)" + nest + unnest + "}}",
+      "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 400);
+  httplib::Result faults =
+      client.Post("/sim/faults", nest + unnest, "application/json");
+  ASSERT_TRUE(faults);
+  EXPECT_EQ(faults->status, 400);
+  // The records (raw text kept) still serialize.
+  absl::StatusOr<json> records = sim_->Requests();
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_FALSE(records->empty());
+  EXPECT_TRUE(records->back()["body"].is_string());
+  httplib::Result health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
 TEST_F(SimApiTest, RecordsRequests) {
   const json body = CompletionBody("record me", 3, true);
   const HttpCapture capture = PostStream(*sim_, "/v1/completions", body,
