@@ -291,7 +291,8 @@ std::vector<ProbeTask> BreakerBook::TakeDueProbes(MonoTime now, const std::vecto
   const auto liveness_every = engines::FromSeconds(recovery_.liveness_interval_s);
   for (size_t i = 0; i < engines_.size(); ++i) {
     EngineBreaker& e = engines_[i];
-    if (e.probe_running) continue;
+    // A drained engine is the operator's: no probe brings it back.
+    if (e.probe_running || e.draining) continue;
     std::optional<ProbeKind> kind;
     if ((e.hold || e.ejection) && now >= e.next_probe_at) {
       kind = e.hold || (e.ejection && e.ejection->inference_suspect) ? ProbeKind::kInference
@@ -412,12 +413,9 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
       EndHolds(i, "uncovered", now, &events);
       e.next_probe_at = MonoTime::max();
     } else {
-      const InferenceHold hold = *e.hold;
-      append(Eject(i, EjectCause::kInferenceProbe, detail, now));
-      e.ejection->inference_suspect = true;
-      e.ejection->side = hold.side;
-      e.ejection->recorded_producer = hold.recorded_producer;
-      e.ejection->stream_origin = hold.cls == BreakerClass::kStream;
+      const bool stream_origin = e.hold->cls == BreakerClass::kStream;
+      append(Eject(i, EjectCause::kInferenceProbe, detail, now));  // an inference suspect
+      e.ejection->stream_origin = stream_origin;
       e.probe_failures = 1;
       e.next_probe_at = now + interval;
     }
@@ -432,12 +430,21 @@ std::vector<BreakerEvent> BreakerBook::Eject(size_t i, EjectCause cause, const s
   std::vector<BreakerEvent> events;
   EngineBreaker& e = engines_[i];
   if (e.ejection) return events;
+  const std::optional<InferenceHold> hold = e.hold;
   EndHolds(i, "ejected", now, &events);
   Ejection ej;
   ej.at = now;
   ej.cause = cause;
   ej.detail = detail;
   ej.side = CanDecode(e.settings.role) ? Phase::kDecode : Phase::kPrefill;
+  if (hold) {
+    // Ejected while on an inference hold (a failed inference probe, or a
+    // connection or liveness ejection meanwhile): still an inference
+    // suspect, so it returns only when an inference probe passes.
+    ej.inference_suspect = true;
+    ej.side = hold->side;
+    ej.recorded_producer = hold->recorded_producer;
+  }
   e.ejection = ej;
   e.last_ejection_cause = cause;
   e.last_ejection_detail = detail;
@@ -448,7 +455,20 @@ std::vector<BreakerEvent> BreakerBook::Eject(size_t i, EjectCause cause, const s
   ev.cause = std::string(EjectCauseName(cause));
   ev.detail = detail;
   events.push_back(ev);
+  ReleaseUncovered(now, &events);
   return events;
+}
+
+void BreakerBook::ReleaseUncovered(MonoTime now, std::vector<BreakerEvent>* events) {
+  for (size_t j = 0; j < engines_.size(); ++j) {
+    EngineBreaker& o = engines_[j];
+    if (o.ejection || o.draining) continue;
+    if (!o.hold && !(o.quarantine && now < o.quarantine->until)) continue;
+    if (!IsLastForARole(j, now)) continue;
+    EndHolds(j, "uncovered", now, events);
+    o.next_probe_at = MonoTime::max();
+    o.probe_failures = 0;
+  }
 }
 
 std::vector<BreakerEvent> BreakerBook::Drain(size_t i) {

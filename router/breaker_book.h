@@ -15,7 +15,9 @@
 //    and ask for an inference probe at once.
 //  - The last engine able to serve one of its roles is never held or
 //    quarantined and is not ejected by a failed probe; it leaves placement
-//    only by a connection or liveness ejection (or an operator).
+//    only by a connection or liveness ejection (or an operator). A hold or
+//    quarantine ends ("uncovered") when another engine's ejection leaves the
+//    held engine the last one able to serve a role.
 //  - Stream evidence alone never holds out more than half of a role's
 //    engines at once.
 //  - A failed probe backs the next one off: readmit_interval_s × failures,
@@ -94,7 +96,8 @@ struct Ejection {
   MonoTime at;
   EjectCause cause = EjectCause::kConnection;
   std::string detail;
-  // Ejected after a failed inference probe: returns only on verification.
+  // Ejected after a failed inference probe, or while on an inference hold:
+  // returns only when an inference probe passes.
   bool inference_suspect = false;
   Phase side = Phase::kDecode;
   std::string recorded_producer;
@@ -196,6 +199,10 @@ class BreakerBook {
   MonoTime NextProbeAfterFailure(EngineBreaker& e, MonoTime now) const;
   void EndHolds(size_t i, const std::string& cause, MonoTime now,
                 std::vector<BreakerEvent>* events);
+  // Ends the holds of engines that became the last able to serve a role
+  // (cause "uncovered"): they are never held out on probe or quarantine
+  // grounds.
+  void ReleaseUncovered(MonoTime now, std::vector<BreakerEvent>* events);
 
   std::vector<EngineBreaker> engines_;
   RecoverySettings recovery_;

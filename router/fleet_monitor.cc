@@ -4,10 +4,7 @@ namespace narwhal::router {
 
 FleetMonitor::FleetMonitor(Fleet& fleet, Prober& prober, std::chrono::milliseconds tick,
                            size_t probe_threads)
-    : fleet_(fleet),
-      prober_(prober),
-      tick_(tick),
-      probes_(std::make_unique<WorkerPool>(probe_threads)) {}
+    : fleet_(fleet), prober_(prober), tick_(tick), probe_threads_(probe_threads) {}
 
 FleetMonitor::~FleetMonitor() { Stop(); }
 
@@ -15,6 +12,7 @@ void FleetMonitor::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (thread_.joinable()) return;
   stop_ = false;
+  probes_ = std::make_unique<WorkerPool>(probe_threads_);  // Stop() joined the last one
   thread_ = std::thread([this] { Loop(); });
 }
 

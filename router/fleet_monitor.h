@@ -22,6 +22,7 @@ class FleetMonitor {
                std::chrono::milliseconds tick = std::chrono::milliseconds(100),
                size_t probe_threads = 8);
   ~FleetMonitor();  // Stop()
+  // Starts the loop (again after a Stop()).
   void Start();
   // Stops the loop and waits for running probes.
   void Stop();
@@ -32,6 +33,7 @@ class FleetMonitor {
   Fleet& fleet_;
   Prober& prober_;
   const std::chrono::milliseconds tick_;
+  const size_t probe_threads_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -56,17 +56,24 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
       live.erase(it);
     }
     producers.insert(producers.end(), live.begin(), live.end());
-    if (CanPrefill(role)) producers.push_back(target);
+    // Standalone: both legs on the held engine, whatever its placement role
+    // (the decode leg is then a same-worker decode, B5).
+    producers.push_back(target);
     for (const engines::EngineTarget& producer : producers) {
       engines::PrefillOutcome pre = client_.Prefill(producer, api, body, ProbeLeg("p"));
       if (!pre.ok()) {
-        ProbeTask attempt = task;
-        fleet_.RecordProbeAttempt(attempt, ProbeOutcome::kProducerFailed, producer.iid,
+        fleet_.RecordProbeAttempt(task, ProbeOutcome::kProducerFailed, producer.iid,
                                   pre.failure->detail);
         continue;
       }
       engines::DecodeOutcome dec =
           client_.Decode(target, *pre.result, body, false, ProbeLeg("d"), observer);
+      if (!dec.ok() && producer.iid != target.iid && dec.failure->evidence_iid == producer.iid) {
+        // The producer's handoff was at fault (B3), not the held engine.
+        fleet_.RecordProbeAttempt(task, ProbeOutcome::kProducerFailed, producer.iid,
+                                  dec.failure->detail);
+        continue;
+      }
       r.producer = producer.iid;
       if (dec.ok()) {
         r.outcome = ProbeOutcome::kPassed;

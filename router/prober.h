@@ -7,8 +7,9 @@
 //               engine.first_token_timeout_s. For a decode engine held after
 //               a crossed-decode failure the handoff is a new one from the
 //               original producer, then another live producer, then the
-//               engine itself (standalone); a producer whose prefill fails is
-//               reported `producer_failed` and the next one is tried. For a
+//               engine itself (standalone); a producer whose prefill fails,
+//               or whose handoff the decode leg blames on it, is reported
+//               `producer_failed` and the next one is tried. For a
 //               prefill-side hold the engine produces and a live consumer
 //               decodes. With engine_contract configured a passed probe also
 //               runs lifecycle validation.
