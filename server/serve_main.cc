@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -19,8 +20,10 @@
 #include "router/fleet_monitor.h"
 #include "router/journal.h"
 #include "router/metrics.h"
+#include "router/preflight.h"
 #include "router/prober.h"
 #include "router/router.h"
+#include "server/admin_service.h"
 #include "server/config_loader.h"
 #include "server/embedded_fleet.h"
 #include "server/inference_service.h"
@@ -153,6 +156,31 @@ int Serve(const Args& args) {
 
   // Breaker probes, readmission and liveness sweeps (B17).
   router::Prober prober(settings, engine_client, fleet, clock);
+
+  AdminOptions admin_options;
+  admin_options.token = EnvOrEmpty(settings.admin.token_env);
+  if (!settings.admin.token_env.empty() && admin_options.token.empty()) {
+    LogWarning("narwhal-serve: admin.token_env names " + settings.admin.token_env +
+               ", which is unset or empty: the admin API requires no token");
+  }
+  AdminService admin(settings, fleet, prober, events, engine_client, clock, admin_options);
+
+  // --preflight (B18) runs before any listener is bound.
+  if (args.preflight) {
+    LogInfo("narwhal-serve: running preflight (mesh pairs) against " +
+            std::to_string(settings.engines.size()) + " engines");
+    const router::PreflightReport report = admin.Preflight(router::PairMode::kMesh, "startup");
+    std::istringstream table(report.ToTable());
+    for (std::string line; std::getline(table, line);) {
+      if (!line.empty()) Log(report.passed ? LogLevel::kInfo : LogLevel::kError, line);
+    }
+    if (!report.passed) {
+      LogError("narwhal-serve: preflight failed: not serving");
+      return 1;
+    }
+    LogInfo("narwhal-serve: preflight passed");
+  }
+
   router::FleetMonitor monitor(fleet, prober);
   monitor.Start();
 
@@ -168,7 +196,8 @@ int Serve(const Args& args) {
   }
   shim.Start();
 
-  // gRPC inference API on its own listener, with server reflection.
+  // gRPC inference and admin APIs on their own listeners, with server
+  // reflection.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   InferenceService inference(settings, router, clock, EnvOrEmpty(settings.serving.api_key_env));
   std::string grpc_host;
@@ -189,8 +218,26 @@ int Serve(const Args& args) {
     return 1;
   }
 
-  std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d\n", http_host.c_str(), *bound,
-              grpc_host.c_str(), grpc_bound);
+  std::string admin_host;
+  int admin_port = 0;
+  SplitHostPort(settings.listen.admin, &admin_host, &admin_port);
+  int admin_bound = 0;
+  grpc::ServerBuilder admin_builder;
+  admin_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  admin_builder.AddListeningPort(settings.listen.admin, grpc::InsecureServerCredentials(),
+                                 &admin_bound);
+  admin_builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> admin_server = admin_builder.BuildAndStart();
+  if (!admin_server || admin_bound == 0) {
+    LogError("narwhal-serve: cannot bind the admin listener to " + settings.listen.admin);
+    shim.StopAccepting();
+    grpc_server->Shutdown(std::chrono::system_clock::now());
+    shim.Join();
+    return 1;
+  }
+
+  std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d admin=%s:%d\n", http_host.c_str(),
+              *bound, grpc_host.c_str(), grpc_bound, admin_host.c_str(), admin_bound);
   std::fflush(stdout);
   LogInfo("narwhal-serve: serving model " + settings.model + " with " +
           std::to_string(settings.engines.size()) + " engines");
@@ -200,6 +247,9 @@ int Serve(const Args& args) {
   LogInfo(std::string("narwhal-serve: ") + (received == SIGTERM ? "SIGTERM" : "SIGINT") +
           ": draining for up to " + std::to_string(settings.serving.graceful_timeout_s) + "s");
   shim.StopAccepting();
+  // The admin API ends its event streams and pending calls at once.
+  admin.Shutdown();
+  admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s));
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   shim.Join();

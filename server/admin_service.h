@@ -1,0 +1,176 @@
+// AdminService: the operator's gRPC service, narwhal.admin.v1.Admin (SPEC §7).
+//
+// A callback-API service: reactors never block. Reads (engines, breakers,
+// quarantine, config, the last preflight report) answer from Fleet
+// snapshots inline. RPCs that do engine I/O — RunPreflight (B18) and
+// ReadmitEngine (the validation of B17) — run on a small worker pool owned
+// by the service and finish from there. WatchEvents subscribes to the
+// EventBus with a callback that only appends to the watcher's bounded queue
+// and wakes its reactor; the reactor keeps one write in flight, and a
+// watcher whose queue overflows is ended with RESOURCE_EXHAUSTED, so a slow
+// watcher never blocks the publishers (client requests, the fleet monitor).
+//
+// With a non-empty token every RPC requires the metadata
+// "authorization: Bearer <token>" (else UNAUTHENTICATED).
+#ifndef NARWHAL_SERVER_ADMIN_SERVICE_H_
+#define NARWHAL_SERVER_ADMIN_SERVICE_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "engines/engine_client.h"
+#include "narwhal/admin/v1/admin.grpc.pb.h"
+#include "router/clock.h"
+#include "router/event_bus.h"
+#include "router/fleet.h"
+#include "router/preflight.h"
+#include "router/prober.h"
+#include "router/settings.h"
+#include "router/worker_pool.h"
+
+namespace narwhal::server {
+
+struct AdminOptions {
+  // Bearer token every RPC must carry; empty = none.
+  std::string token;
+  // Threads for RunPreflight and ReadmitEngine.
+  size_t workers = 4;
+  // Events a watcher may have queued before it is ended as too slow.
+  size_t watch_queue = 1024;
+};
+
+class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
+ public:
+  // Every reference must outlive the service. `client` is the engine client
+  // preflight uses; `prober` runs readmission validation.
+  AdminService(const router::Settings& settings, router::Fleet& fleet, router::Prober& prober,
+               router::EventBus& events, engines::EngineClient& client, const router::Clock& clock,
+               AdminOptions options = {});
+  // Waits for running preflight and readmission work (bounded by the
+  // engine timeouts).
+  ~AdminService() override;
+  AdminService(const AdminService&) = delete;
+  AdminService& operator=(const AdminService&) = delete;
+
+  // Runs preflight, keeps the report as the last one, and publishes a
+  // `preflight` event. Blocking; `trigger` is "startup" or "admin".
+  router::PreflightReport Preflight(router::PairMode pairs, const std::string& trigger);
+
+  // Ends every WatchEvents stream and every call still waiting for the
+  // worker pool with UNAVAILABLE, and refuses new calls the same way. Call
+  // before grpc::Server::Shutdown so the server stops promptly.
+  void Shutdown();
+
+  // --- narwhal.admin.v1.Admin ---
+  grpc::ServerUnaryReactor* ListEngines(grpc::CallbackServerContext* context,
+                                        const narwhal::admin::v1::ListEnginesRequest* request,
+                                        narwhal::admin::v1::ListEnginesResponse* response) override;
+  grpc::ServerUnaryReactor* GetEngine(grpc::CallbackServerContext* context,
+                                      const narwhal::admin::v1::GetEngineRequest* request,
+                                      narwhal::admin::v1::Engine* response) override;
+  grpc::ServerUnaryReactor* GetBreakers(grpc::CallbackServerContext* context,
+                                        const narwhal::admin::v1::GetBreakersRequest* request,
+                                        narwhal::admin::v1::GetBreakersResponse* response) override;
+  grpc::ServerUnaryReactor* ListQuarantine(
+      grpc::CallbackServerContext* context,
+      const narwhal::admin::v1::ListQuarantineRequest* request,
+      narwhal::admin::v1::ListQuarantineResponse* response) override;
+  grpc::ServerUnaryReactor* RunPreflight(grpc::CallbackServerContext* context,
+                                         const narwhal::admin::v1::RunPreflightRequest* request,
+                                         narwhal::admin::v1::PreflightReport* response) override;
+  grpc::ServerUnaryReactor* GetPreflightReport(
+      grpc::CallbackServerContext* context,
+      const narwhal::admin::v1::GetPreflightReportRequest* request,
+      narwhal::admin::v1::PreflightReport* response) override;
+  grpc::ServerUnaryReactor* EjectEngine(grpc::CallbackServerContext* context,
+                                        const narwhal::admin::v1::EjectEngineRequest* request,
+                                        narwhal::admin::v1::Engine* response) override;
+  grpc::ServerUnaryReactor* ReadmitEngine(
+      grpc::CallbackServerContext* context, const narwhal::admin::v1::ReadmitEngineRequest* request,
+      narwhal::admin::v1::ReadmitEngineResponse* response) override;
+  grpc::ServerUnaryReactor* DrainEngine(grpc::CallbackServerContext* context,
+                                        const narwhal::admin::v1::DrainEngineRequest* request,
+                                        narwhal::admin::v1::Engine* response) override;
+  grpc::ServerUnaryReactor* ReleaseQuarantine(
+      grpc::CallbackServerContext* context,
+      const narwhal::admin::v1::ReleaseQuarantineRequest* request,
+      narwhal::admin::v1::Engine* response) override;
+  grpc::ServerWriteReactor<narwhal::admin::v1::Event>* WatchEvents(
+      grpc::CallbackServerContext* context,
+      const narwhal::admin::v1::WatchEventsRequest* request) override;
+  grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context,
+                                      const narwhal::admin::v1::GetConfigRequest* request,
+                                      google::protobuf::Struct* response) override;
+
+ private:
+  // A deferred unary call, finished once by its work or by Shutdown.
+  class PendingCall;
+  // A watcher's bounded event queue, shared with its EventBus subscription.
+  class WatchQueue;
+  class WatchReactor;
+
+  // Per-engine event counters, fed by an EventBus subscription. Shared
+  // with the subscription, which a publisher may still be running while
+  // the service goes away.
+  struct Counters {
+    long long holds = 0;
+    long long ejections = 0;
+    long long probes = 0;
+    long long probes_failed = 0;
+    long long readmissions = 0;
+    std::string last_readmission_evidence;
+  };
+  struct EventCounts {
+    std::mutex mu;
+    std::map<std::string, Counters> engines;
+    void Count(const nlohmann::json& event);
+  };
+
+  // OK, or UNAUTHENTICATED / UNAVAILABLE (shutting down).
+  grpc::Status Admit(grpc::CallbackServerContext* context) const;
+  // The engine's snapshot, or NOT_FOUND / INVALID_ARGUMENT.
+  grpc::Status Lookup(const std::string& iid, router::EngineSnapshot* out) const;
+  // Runs `work` on the pool and finishes the call with its status; on
+  // success the message `work` filled (a fresh one of the response's type)
+  // becomes the response. Returns the call's reactor. After Shutdown the
+  // call ends at once with UNAVAILABLE and `work` never runs.
+  grpc::ServerUnaryReactor* Defer(
+      grpc::CallbackServerContext* context, google::protobuf::Message* response,
+      std::function<grpc::Status(google::protobuf::Message* result)> work);
+  // The readmission of ReadmitEngine, on a worker thread.
+  grpc::Status Readmit(const std::string& iid, narwhal::admin::v1::ReadmitEngineResponse* out);
+
+  const router::Settings& settings_;
+  router::Fleet& fleet_;
+  router::Prober& prober_;
+  router::EventBus& events_;
+  engines::EngineClient& client_;
+  const router::Clock& clock_;
+  const AdminOptions options_;
+  const std::shared_ptr<EventCounts> counts_ = std::make_shared<EventCounts>();
+  int counts_subscription_ = 0;
+
+  mutable std::mutex mu_;
+  bool shutting_down_ = false;
+  bool preflight_running_ = false;
+  std::optional<narwhal::admin::v1::PreflightReport> last_report_;
+  // Engines whose ReadmitEngine validation is running.
+  std::set<std::string> readmitting_;
+  std::set<std::shared_ptr<PendingCall>> pending_;
+  std::set<std::shared_ptr<WatchQueue>> watchers_;
+
+  // Last member: destroyed (joined) first, while the state above is alive.
+  std::unique_ptr<router::WorkerPool> workers_;
+};
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_ADMIN_SERVICE_H_
