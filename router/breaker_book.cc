@@ -110,11 +110,14 @@ std::string BreakerBook::WaveHoldReason() const {
   return "";
 }
 
-bool BreakerBook::Eligible(size_t i, bool prefill, MonoTime now) const {
+bool BreakerBook::Serves(size_t i, bool prefill, MonoTime now) const {
   const Role role = engines_[i].settings.role;
   if (prefill ? !CanPrefill(role) : !CanDecode(role)) return false;
-  if (State(i, now) != PlacementState::kServing) return false;
-  return WaveHoldReason().empty();
+  return State(i, now) == PlacementState::kServing;
+}
+
+bool BreakerBook::Eligible(size_t i, bool prefill, MonoTime now) const {
+  return Serves(i, prefill, now) && WaveHoldReason().empty();
 }
 
 int BreakerBook::EligibleCount(bool prefill, MonoTime now) const {
@@ -291,8 +294,10 @@ std::vector<ProbeTask> BreakerBook::TakeDueProbes(MonoTime now, const std::vecto
   const auto liveness_every = engines::FromSeconds(recovery_.liveness_interval_s);
   for (size_t i = 0; i < engines_.size(); ++i) {
     EngineBreaker& e = engines_[i];
-    // A drained engine is the operator's: no probe brings it back.
+    // A drained or operator-ejected engine is the operator's: no probe
+    // brings it back, only ReadmitEngine.
     if (e.probe_running || e.draining) continue;
+    if (e.ejection && e.ejection->cause == EjectCause::kOperator) continue;
     std::optional<ProbeKind> kind;
     if ((e.hold || e.ejection) && now >= e.next_probe_at) {
       kind = e.hold || (e.ejection && e.ejection->inference_suspect) ? ProbeKind::kInference
@@ -471,12 +476,14 @@ void BreakerBook::ReleaseUncovered(MonoTime now, std::vector<BreakerEvent>* even
   }
 }
 
-std::vector<BreakerEvent> BreakerBook::Drain(size_t i) {
+std::vector<BreakerEvent> BreakerBook::Drain(size_t i, MonoTime now) {
   std::vector<BreakerEvent> events;
   EngineBreaker& e = engines_[i];
   if (e.draining) return events;
+  EndHolds(i, "drained", now, &events);
   e.draining = true;
   events.push_back(Event("engine_drained", e.settings.iid));
+  ReleaseUncovered(now, &events);
   return events;
 }
 

@@ -165,6 +165,9 @@ class BreakerBook {
   bool Eligible(size_t i, bool prefill, MonoTime now) const;
   // Engines in placement able to serve the role.
   int EligibleCount(bool prefill, MonoTime now) const;
+  // Role permits and state serving, whatever a whole-wave hold says (probes
+  // of the engine holding the wave must still find peers).
+  bool Serves(size_t i, bool prefill, MonoTime now) const;
   // Under whole_wave: the ejected engine holding the fleet, else empty.
   std::string WaveHoldReason() const;
 
@@ -182,7 +185,7 @@ class BreakerBook {
   // Operator actions.
   std::vector<BreakerEvent> Eject(size_t i, EjectCause cause, const std::string& detail,
                                   MonoTime now);
-  std::vector<BreakerEvent> Drain(size_t i);
+  std::vector<BreakerEvent> Drain(size_t i, MonoTime now);
   // Back to placement after a passed validation (or an operator's word).
   std::vector<BreakerEvent> Readmit(size_t i, const std::string& evidence, MonoTime now);
   // Ends quarantines whose time is up (events with cause "expired").

@@ -89,7 +89,7 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
     candidates.push_back(
         Candidate{i, inflight_[i][PhaseIndex(phase)], !avoid.empty() && iid == avoid});
   }
-  const std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation_++);
+  const std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation_[PhaseIndex(phase)]++);
   if (!pos) return std::nullopt;
   const size_t index = candidates[*pos].index;
   ++inflight_[index][PhaseIndex(phase)];
@@ -134,7 +134,8 @@ void Fleet::RecordFailure(const engines::EngineFailure& failure, const std::stri
     const Phase side = failure.evidence_iid != failure.iid ? Phase::kPrefill : failure.phase;
     events = book_.RecordFailure(i, failure.breaker_class, side,
                                  side == Phase::kDecode ? producer : "", cause, clock_.Now());
-    PublishLocked(i);
+    // Other engines' holds may have ended too (no longer covered).
+    PublishAllLocked();
   }
   Emit(events);
 }
@@ -159,7 +160,7 @@ std::vector<ProbeTask> Fleet::TakeDueProbes() {
       idle[i] = inflight_[i][0] == 0 && inflight_[i][1] == 0;
     }
     tasks = book_.TakeDueProbes(now, idle);
-    for (size_t i = 0; i < book_.size(); ++i) PublishLocked(i);
+    PublishAllLocked();
   }
   Emit(events);
   return tasks;
@@ -171,7 +172,7 @@ void Fleet::CompleteProbe(const ProbeTask& task, ProbeOutcome outcome, const std
   {
     std::lock_guard<std::mutex> lock(mu_);
     events = book_.CompleteProbe(task.index, task.kind, outcome, detail, producer, clock_.Now());
-    PublishLocked(task.index);
+    PublishAllLocked();
   }
   Emit(events);
 }
@@ -208,7 +209,7 @@ std::vector<engines::EngineTarget> Fleet::LiveProducers(const std::string& excep
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<size_t> live;
   for (size_t i = 0; i < book_.size(); ++i) {
-    if (book_.engine(i).settings.iid != except && book_.Eligible(i, true, now)) live.push_back(i);
+    if (book_.engine(i).settings.iid != except && book_.Serves(i, true, now)) live.push_back(i);
   }
   std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
     if (inflight_[a][0] != inflight_[b][0]) return inflight_[a][0] < inflight_[b][0];
@@ -224,7 +225,7 @@ std::optional<engines::EngineTarget> Fleet::LiveConsumer(const std::string& exce
   std::lock_guard<std::mutex> lock(mu_);
   std::optional<size_t> best;
   for (size_t i = 0; i < book_.size(); ++i) {
-    if (book_.engine(i).settings.iid == except || !book_.Eligible(i, false, now)) continue;
+    if (book_.engine(i).settings.iid == except || !book_.Serves(i, false, now)) continue;
     if (!best || inflight_[i][1] < inflight_[*best][1]) best = i;
   }
   if (!best) return std::nullopt;
@@ -243,7 +244,7 @@ absl::Status Fleet::Eject(const std::string& iid, const std::string& detail) {
     const int i = book_.Find(iid);
     if (i < 0) return absl::NotFoundError("no engine " + iid);
     events = book_.Eject(i, EjectCause::kOperator, detail, clock_.Now());
-    PublishLocked(i);
+    PublishAllLocked();
   }
   Emit(events);
   return absl::OkStatus();
@@ -255,8 +256,8 @@ absl::Status Fleet::Drain(const std::string& iid) {
     std::lock_guard<std::mutex> lock(mu_);
     const int i = book_.Find(iid);
     if (i < 0) return absl::NotFoundError("no engine " + iid);
-    events = book_.Drain(i);
-    PublishLocked(i);
+    events = book_.Drain(i, clock_.Now());
+    PublishAllLocked();
   }
   Emit(events);
   return absl::OkStatus();
@@ -269,7 +270,7 @@ absl::Status Fleet::Readmit(const std::string& iid, const std::string& evidence)
     const int i = book_.Find(iid);
     if (i < 0) return absl::NotFoundError("no engine " + iid);
     events = book_.Readmit(i, evidence, clock_.Now());
-    PublishLocked(i);
+    PublishAllLocked();
   }
   Emit(events);
   return absl::OkStatus();
@@ -282,7 +283,7 @@ absl::Status Fleet::ReleaseQuarantine(const std::string& iid) {
     const int i = book_.Find(iid);
     if (i < 0) return absl::NotFoundError("no engine " + iid);
     events = book_.ReleaseQuarantine(i, "operator");
-    PublishLocked(i);
+    PublishAllLocked();
     if (events.empty()) {
       return absl::FailedPreconditionError("engine " + iid + " is not quarantined");
     }
@@ -335,6 +336,7 @@ EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
     s.ejection_cause = std::string(EjectCauseName(e.ejection->cause));
     s.ejection_detail = e.ejection->detail;
     s.ejected_for_s = engines::Seconds(now - e.ejection->at);
+    s.inference_suspect = e.ejection->inference_suspect;
   }
   if (e.last_ejection_cause) s.last_ejection_cause = std::string(EjectCauseName(*e.last_ejection_cause));
   if (e.last_probe) {
@@ -343,7 +345,8 @@ EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
     s.last_probe_detail = e.last_probe->detail;
     s.last_probe_age_s = engines::Seconds(now - e.last_probe->at);
   }
-  if ((e.hold || e.ejection) && e.next_probe_at != MonoTime::max()) {
+  const bool operator_ejected = e.ejection && e.ejection->cause == EjectCause::kOperator;
+  if ((e.hold || e.ejection) && !operator_ejected && e.next_probe_at != MonoTime::max()) {
     s.next_probe_in_s = std::max(0.0, engines::Seconds(e.next_probe_at - now));
   }
   switch (s.state) {
@@ -357,7 +360,8 @@ EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
       break;
     case PlacementState::kEjected:
       s.explanation = "ejected (" + s.ejection_cause + "): " + s.ejection_detail +
-                      (e.ejection->inference_suspect
+                      (operator_ejected ? "; returns when an operator readmits it"
+                       : e.ejection->inference_suspect
                            ? "; returns when an inference probe passes"
                            : "; returns when a health check passes");
       break;
@@ -382,6 +386,10 @@ std::vector<EngineSnapshot> Fleet::Snapshot() const {
 
 void Fleet::PublishAll() {
   std::lock_guard<std::mutex> lock(mu_);
+  PublishAllLocked();
+}
+
+void Fleet::PublishAllLocked() {
   for (size_t i = 0; i < book_.size(); ++i) PublishLocked(i);
 }
 

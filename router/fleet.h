@@ -45,6 +45,9 @@ struct EngineSnapshot {
   std::string ejection_detail;
   std::optional<double> ejected_for_s;
   std::string last_ejection_cause;
+  // Ejected and readmitted only through an inference probe (ejected by a
+  // failed one, or while on an inference hold).
+  bool inference_suspect = false;
   // Probes.
   std::string last_probe_kind;
   std::string last_probe_outcome;
@@ -134,6 +137,7 @@ class Fleet {
  private:
   void ReleaseSlot(size_t index, Phase phase);
   void PublishLocked(size_t index);  // refresh the engine's gauges
+  void PublishAllLocked();
   // Metrics, journal and event bus for breaker events (called without mu_).
   void Emit(const std::vector<BreakerEvent>& events);
   EngineSnapshot SnapshotLocked(size_t i, MonoTime now) const;
@@ -157,7 +161,7 @@ class Fleet {
   BreakerBook book_;
   std::vector<EngineGauges> gauges_;
   std::vector<std::array<int, 2>> inflight_;  // [engine][phase]
-  size_t rotation_ = 0;
+  std::array<size_t, 2> rotation_{};  // per phase, so each spreads on its own
 };
 
 }  // namespace narwhal::router

@@ -19,8 +19,12 @@ engines::LegOptions Prober::ProbeLeg(const std::string& suffix) {
   engines::LegOptions o;
   o.backend_request_id = "narwhal-probe-" + std::to_string(++counter_) + suffix;
   // B17: each probe leg is bounded by the first-token budget.
-  o.request_deadline = clock_.Now() + engines::FromSeconds(settings_.engine.first_token_timeout_s);
-  o.leg_deadline = o.request_deadline;
+  // The adapter's own first-token timer (first_token_timeout_s) ends a
+  // silent leg with its precise detail; the deadline is only a backstop for
+  // the rest of a one-token leg.
+  const MonoTime now = clock_.Now();
+  o.leg_deadline = now + engines::FromSeconds(settings_.engine.first_token_timeout_s);
+  o.request_deadline = *o.leg_deadline + std::chrono::milliseconds(250);
   return o;
 }
 

@@ -256,8 +256,10 @@ class Router::Run {
       if (r_.metrics_ != nullptr) {
         r_.metrics_->handoff_rejected_total.Add({{"reason", "expired"}}).Increment();
       }
+      // The handoff aged on its producer: a retry avoids the producer, not
+      // the idle consumer.
       return OnFailure(attempt,
-                       RouterFailure(Phase::kDecode, consumer_target.iid,
+                       RouterFailure(Phase::kDecode, producer_target.iid,
                                      FailureReason::kHandoffExpired, 504,
                                      "KV handoff expired before decode dispatch", true),
                        false);
@@ -445,7 +447,12 @@ Router::Router(const Settings& settings, engines::EngineClient& engines, Fleet& 
 }
 
 Router::~Router() {
-  if (inflight_.load() > 0) Drain(engines::MonoClock::duration::zero());
+  bool live;
+  {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    live = !live_.empty();
+  }
+  if (live) Drain(engines::MonoClock::duration::zero());
 }
 
 std::string Router::NewRequestId() {
@@ -528,15 +535,17 @@ void Router::Finish(const Request& request, ResponseChannel& channel, Outcome ou
     }
     metrics_->inflight.Decrement();
   }
-  // The row is written before the client can see the end of its response.
+  // The row is written, and the admission slot freed, before the client can
+  // see the end of its response.
   WriteJournal(request, outcome, attempt_info);
+  inflight_.fetch_sub(1);
   channel.Finish(std::move(outcome));
   {
+    // Drain waits for this: every admitted request's outcome delivered.
     std::lock_guard<std::mutex> lock(live_mu_);
     auto it = std::find_if(live_.begin(), live_.end(),
                            [&](const std::shared_ptr<ResponseChannel>& c) { return c.get() == &channel; });
     if (it != live_.end()) live_.erase(it);
-    inflight_.fetch_sub(1);
   }
   live_cv_.notify_all();
 }
@@ -578,13 +587,13 @@ void Router::WriteJournal(const Request& request, const Outcome& outcome,
 void Router::Drain(engines::MonoClock::duration grace) {
   accepting_.store(false);
   std::unique_lock<std::mutex> lock(live_mu_);
-  live_cv_.wait_for(lock, grace, [&] { return inflight_.load() == 0; });
+  live_cv_.wait_for(lock, grace, [&] { return live_.empty(); });
   std::vector<std::shared_ptr<ResponseChannel>> rest = live_;
   lock.unlock();
   for (auto& channel : rest) channel->Cancel();
   lock.lock();
   // Cancelled legs unwind within moments; the bound only guards against bugs.
-  live_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return inflight_.load() == 0; });
+  live_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return live_.empty(); });
 }
 
 }  // namespace narwhal::router

@@ -199,12 +199,9 @@ nlohmann::json PreflightEvent(const router::PreflightReport& r, const std::strin
 }
 
 // An ejected engine the breaker readmits only through an inference probe
-// (ejected by a failed one, or while on an inference hold). The snapshot
-// says so only in its explanation.
+// (ejected by a failed one, or while on an inference hold).
 bool InferenceSuspect(const EngineSnapshot& s) {
-  return s.state == PlacementState::kEjected &&
-         (s.ejection_cause == "inference_probe" ||
-          s.explanation.find("returns when an inference probe passes") != std::string::npos);
+  return s.state == PlacementState::kEjected && s.inference_suspect;
 }
 
 // Constant-time comparison, so a token cannot be guessed byte by byte.

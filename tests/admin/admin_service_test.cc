@@ -215,9 +215,10 @@ TEST(AdminServiceTest, EjectEngineExplainsItPublishesAnEventAndCountsIt) {
   EXPECT_EQ(engine.ejection().cause(), "operator");
   EXPECT_EQ(engine.ejection().detail(), "GPU 3 reports ECC errors");
   EXPECT_EQ(engine.last_ejection_cause(), "operator");
+  // An operator's ejection sticks: no probe brings the engine back.
   EXPECT_EQ(engine.explanation(),
-            "ejected (operator): GPU 3 reports ECC errors; returns when a health check passes");
-  EXPECT_TRUE(engine.has_next_probe_in_s());
+            "ejected (operator): GPU 3 reports ECC errors; returns when an operator readmits it");
+  EXPECT_FALSE(engine.has_next_probe_in_s());
   EXPECT_EQ(GetEngine(h, "d0").state(), "ejected");
 
   Watcher watcher(h, 0);

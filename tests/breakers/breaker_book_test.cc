@@ -317,13 +317,16 @@ TEST_P(InferenceClassTest, FailedInferenceProbeKeepsAnUncoveredEngine) {
   const size_t d0 = Idx(book, "d0");
   Fail(book, "d0", GetParam(), 3, At(1));
   ASSERT_EQ(Due(book, At(1)), Strings({"d0:inference"}));
-  // Meanwhile the other decode engine left placement.
-  ASSERT_EQ(Kinds(book.Drain(Idx(book, "d1"))), Strings({"engine_drained(d1)"}));
+  // Meanwhile the other decode engine left placement: d0 is uncovered, so
+  // its hold ends at once rather than leave the role unserved.
+  const std::vector<BreakerEvent> drained = book.Drain(Idx(book, "d1"), At(1));
+  ASSERT_EQ(Kinds(drained), Strings({"engine_drained(d1)", "engine_hold_ended(d0)"}));
+  EXPECT_EQ(drained[1].hold_kind, "inference");
+  EXPECT_EQ(drained[1].cause, "uncovered");
+  // The probe that was already running fails: d0 stays in placement.
   const std::vector<BreakerEvent> events = book.CompleteProbe(
       d0, ProbeKind::kInference, ProbeOutcome::kFailed, "no first token", "p1", At(2));
-  ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)", "engine_hold_ended(d0)"}));
-  EXPECT_EQ(events[1].hold_kind, "inference");
-  EXPECT_EQ(events[1].cause, "uncovered");
+  ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)"}));
   EXPECT_EQ(book.State(d0, At(2)), PlacementState::kServing);
   EXPECT_TRUE(book.Eligible(d0, false, At(2)));
   EXPECT_TRUE(Due(book, At(100)).empty());
@@ -809,6 +812,20 @@ TEST(BreakerBookTest, EjectionThatUncoversAQuarantinedEngineEndsTheQuarantine) {
 
 // --------------------------------------------------------------- operators
 
+TEST(BreakerBookTest, OperatorEjectionIsNeverUndoneByAProbe) {
+  BreakerBook book(Engines(2, 2), Recovery());
+  const size_t d0 = Idx(book, "d0");
+  book.Eject(d0, EjectCause::kOperator, "GPU maintenance", At(1));
+  // Long after the readmit interval nothing is probed: only the operator
+  // brings it back.
+  EXPECT_TRUE(Due(book, At(1000)).empty());
+  EXPECT_EQ(book.State(d0, At(1000)), PlacementState::kEjected);
+  // A breaker ejection of the same engine, by contrast, is probed.
+  const size_t d1 = Idx(book, "d1");
+  book.Eject(d1, EjectCause::kConnection, "refused", At(1));
+  EXPECT_EQ(Due(book, At(1000)), Strings({"d1:health"}));
+}
+
 TEST(BreakerBookTest, OperatorEjectAndReadmit) {
   BreakerBook book(Engines(1, 1), Recovery());
   const size_t d0 = Idx(book, "d0");
@@ -838,9 +855,9 @@ TEST(BreakerBookTest, OperatorReadmitEndsAHold) {
 TEST(BreakerBookTest, DrainedEngineLeavesPlacementUntilReadmittedAndIsNotProbed) {
   BreakerBook book(Engines(2, 2), Recovery());
   const size_t d0 = Idx(book, "d0");
-  std::vector<BreakerEvent> events = book.Drain(d0);
+  std::vector<BreakerEvent> events = book.Drain(d0, At(1));
   ASSERT_EQ(Kinds(events), Strings({"engine_drained(d0)"}));
-  EXPECT_TRUE(book.Drain(d0).empty());
+  EXPECT_TRUE(book.Drain(d0, At(1)).empty());
   EXPECT_EQ(book.State(d0, At(1)), PlacementState::kDraining);
   EXPECT_FALSE(book.Eligible(d0, false, At(1)));
   // Ejected while drained: no probe brings it back behind the operator.

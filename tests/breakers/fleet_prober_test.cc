@@ -345,11 +345,16 @@ TEST_F(FleetProberTest, FailedProbeEjectsACoveredDecodeEngineAndItsNextProbeRead
 TEST_F(FleetProberTest, FailedProbeOfTheLastDecodeEngineEndsTheHoldUncovered) {
   Build();
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
-  ASSERT_TRUE(fleet_->Drain("d1").ok());
   DecodeScript silent;
   silent.silent = true;
   engines_->SetDecode("d0", silent);
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  const ProbeTask task = TakeOne("d0", ProbeKind::kInference);
+  // While the probe runs the other decode engine is drained: d0 is now the
+  // last decode engine, so its hold ends at once ...
+  ASSERT_TRUE(fleet_->Drain("d1").ok());
+  EXPECT_EQ(State("d0"), PlacementState::kServing);
+  // ... and the failing probe does not take it out either.
+  prober_->Run(task);
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   EXPECT_EQ(Events("engine_hold_ended", "d0").at(0)["cause"], "uncovered");
   EXPECT_TRUE(Events("engine_ejected", "d0").empty());
@@ -402,12 +407,17 @@ TEST_F(FleetProberTest, EachProbeLegIsBoundedByTheFirstTokenTimeout) {
   ASSERT_EQ(prefills.size(), 1u);
   ASSERT_EQ(decodes.size(), 1u);
   const auto budget = engines::FromSeconds(kFirstToken);
-  EXPECT_EQ(prefills[0].options.request_deadline, prefills[0].at + budget);
+  // The prefill leg must finish within the budget; the request deadline is a
+  // short backstop behind it so the adapter's own first-token timer (armed
+  // at first_token_timeout_s) is what ends a silent decode leg.
   ASSERT_TRUE(prefills[0].options.leg_deadline.has_value());
   EXPECT_EQ(*prefills[0].options.leg_deadline, prefills[0].at + budget);
+  EXPECT_EQ(prefills[0].options.request_deadline,
+            *prefills[0].options.leg_deadline + std::chrono::milliseconds(250));
   // The decode leg gets its own budget from when it starts.
   EXPECT_EQ(decodes[0].at - prefills[0].at, engines::FromSeconds(0.4));
-  EXPECT_EQ(decodes[0].options.request_deadline, decodes[0].at + budget);
+  EXPECT_EQ(decodes[0].options.request_deadline,
+            decodes[0].at + budget + std::chrono::milliseconds(250));
 }
 
 // ------------------------------------------------- lifecycle validation
