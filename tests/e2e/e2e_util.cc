@@ -439,6 +439,7 @@ void E2eTest::TearDown() {
   }
   if (HasFailure()) {
     for (auto& router : routers_) {
+      router->keep_scratch(true);
       std::cerr << "router scratch dir (config, journal, stderr): " << router->scratch_dir()
                 << router->StderrTail(3000) << "\n";
     }

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -226,6 +227,7 @@ absl::StatusOr<std::unique_ptr<ServeProcess>> ServeProcess::Start(ServeOptions o
     const std::string message =
         absl::StrCat("narwhal-serve ", how, "; stdout: \"", line, "\"", serve->StderrTail());
     serve->Reap();
+    serve->keep_scratch_ = true;  // the message names its stderr file
     return absl::FailedPreconditionError(message);
   }
   // narwhal-serve ready http=HOST:PORT grpc=HOST:PORT [admin=HOST:PORT]
@@ -289,10 +291,18 @@ ExitReport ServeProcess::Run(std::vector<std::string> args, const nlohmann::json
     report.exit_code = std::nullopt;
   }
   report.stderr_text = ReadFile(stderr_path);
+  std::error_code ignored;
+  std::filesystem::remove_all(*dir, ignored);
   return report;
 }
 
-ServeProcess::~ServeProcess() { Reap(); }
+ServeProcess::~ServeProcess() {
+  Reap();
+  if (!keep_scratch_ && !dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+}
 
 void ServeProcess::Reap() {
   if (pid_ > 0) {

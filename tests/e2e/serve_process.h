@@ -71,7 +71,9 @@ class ServeProcess {
   // The binary Start() and Run() spawn (NARWHAL_SERVE_BIN overrides).
   static std::string BinaryPath();
 
-  ~ServeProcess();  // SIGKILL and reap when still running
+  // SIGKILL and reap when still running; removes the scratch directory
+  // unless keep_scratch(true) was called.
+  ~ServeProcess();
   ServeProcess(const ServeProcess&) = delete;
   ServeProcess& operator=(const ServeProcess&) = delete;
 
@@ -89,6 +91,8 @@ class ServeProcess {
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
   const std::string& scratch_dir() const { return dir_; }
+  // Keep the scratch directory (config, journal, stderr) for a post-mortem.
+  void keep_scratch(bool keep) { keep_scratch_ = keep; }
   const std::string& journal_path() const { return journal_path_; }
 
   // Every row of the journal so far (lines that do not parse are returned
@@ -131,6 +135,7 @@ class ServeProcess {
   std::map<std::string, std::string> ready_;
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
+  bool keep_scratch_ = false;
 };
 
 // The scratch directory tests write into: $TEST_TMPDIR, $TMPDIR or /tmp.
