@@ -26,6 +26,17 @@ bool ResponseChannel::Push(std::string_view data, int tokens, std::string_view t
   return true;
 }
 
+bool ResponseChannel::WaitDrained(engines::MonoTime deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto drained = [&] { return closed_ || count_ == 0; };
+  if (deadline == engines::MonoTime::max()) {
+    cv_.wait(lock, drained);
+  } else {
+    cv_.wait_until(lock, deadline, drained);
+  }
+  return !closed_ && count_ == 0;
+}
+
 void ResponseChannel::Finish(Outcome outcome) {
   std::unique_lock<std::mutex> lock(mu_);
   outcome_ = std::move(outcome);

@@ -50,6 +50,9 @@ class ResponseChannel {
             engines::MonoTime deadline = engines::MonoTime::max());
   // Ends the exchange with its outcome. Exactly once.
   void Finish(Outcome outcome);
+  // Waits until the consumer has taken every pushed chunk, at most until
+  // `deadline`. False if the consumer cancelled or the deadline passed.
+  bool WaitDrained(engines::MonoTime deadline);
 
   // --- consumer (front door) ---
   enum class Pop { kChunk, kEnd, kEmpty };

@@ -287,6 +287,20 @@ class Router::Run {
 
     if (decode.ok()) {
       r_.fleet_.RecordSuccess(consumer_target.iid, Success::kDecodeDone);
+      // "completed" means the client took the whole stream, not only that
+      // the engine finished it.
+      if (request_.stream && !channel_->WaitDrained(request_.deadline)) {
+        Outcome o = OutcomeFromFailure(
+            channel_->cancelled()
+                ? Cancelled(Phase::kDecode)
+                : RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline,
+                                504, "request deadline passed while the client was not reading",
+                                false),
+            /*output_started=*/true);
+        o.finish_reason = relay.finish_reason();
+        Finish(std::move(o));
+        return false;
+      }
       Outcome o;
       o.terminal = Terminal::kCompleted;
       o.status = 200;

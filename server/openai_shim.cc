@@ -59,12 +59,26 @@ Outcome Invalid(int status, std::string reason, std::string message,
 }
 
 // The streaming half of a committed response: relays chunks as SSE events.
+// Counts a response in progress for as long as it lives (graceful drain).
+class ActiveResponse {
+ public:
+  explicit ActiveResponse(std::atomic<int>& count) : count_(count) { ++count_; }
+  ~ActiveResponse() { --count_; }
+  ActiveResponse(const ActiveResponse&) = delete;
+  ActiveResponse& operator=(const ActiveResponse&) = delete;
+
+ private:
+  std::atomic<int>& count_;
+};
+
 struct StreamRelay {
   std::shared_ptr<router::ResponseChannel> channel;
   engines::PeerSocket peer;
   router::Chunk chunk;
   bool first_pending = true;
+  bool ended = false;  // the final event ([DONE] or the terminal error) was written
   std::string buf;
+  std::unique_ptr<ActiveResponse> active;
 
   bool WriteEvent(httplib::DataSink& sink, std::string_view data) {
     buf.clear();
@@ -92,6 +106,7 @@ struct StreamRelay {
           const bool written = o.ok() ? WriteEvent(sink, "[DONE]")
                                       : WriteEvent(sink, TerminalStreamEvent(o).dump());
           if (!written) return false;
+          ended = true;
           sink.done();
           return true;
         }
@@ -168,6 +183,16 @@ class OpenAiShim::Impl {
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
+  void BeginDrain() { draining_.store(true); }
+
+  bool WaitIdle(engines::MonoTime deadline) {
+    while (active_.load() > 0) {
+      if (engines::MonoClock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+
   void StopAccepting() {
     if (!stopped_.exchange(true) && server_.is_running()) server_.stop();
   }
@@ -202,7 +227,9 @@ class OpenAiShim::Impl {
     });
     server_.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
       std::string why;
-      if (fleet_.Ready(&why)) {
+      if (draining_.load()) {
+        WriteJson(res, 503, {{"status", "not_ready"}, {"reason", "shutting down"}});
+      } else if (fleet_.Ready(&why)) {
         WriteJson(res, 200, {{"status", "ready"}});
       } else {
         WriteJson(res, 503, {{"status", "not_ready"}, {"reason", why}});
@@ -260,6 +287,7 @@ class OpenAiShim::Impl {
   }
 
   void Generate(const httplib::Request& req, httplib::Response& res, engines::Api api) {
+    auto active = std::make_unique<ActiveResponse>(active_);
     router::Request r = NewRequest(req, api);
     res.set_header("x-request-id", r.rid);
     if (!Authorized(req)) {
@@ -283,6 +311,7 @@ class OpenAiShim::Impl {
     // Hold status and headers until the first generated token (or the end),
     // watching for a client that leaves meanwhile (B19).
     auto relay = std::make_shared<StreamRelay>();
+    relay->active = std::move(active);  // counted until the stream ends
     relay->channel = channel;
     relay->peer = engines::PeerSocket::Find(req.local_port, req.remote_port);
     while (true) {
@@ -297,8 +326,11 @@ class OpenAiShim::Impl {
     res.set_chunked_content_provider(
         "text/event-stream",
         [relay](size_t, httplib::DataSink& sink) { return relay->Provide(sink); },
-        [relay](bool success) {
-          if (!success) relay->channel->Cancel();
+        [relay](bool) {
+          // However the stream ended, a client that did not get its final
+          // event must not leave the request running (B19).
+          if (!relay->ended) relay->channel->Cancel();
+          relay->active.reset();
         });
   }
 
@@ -325,6 +357,8 @@ class OpenAiShim::Impl {
   httplib::Server server_;
   int listen_fd_ = -1;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};  // generation responses in progress
   std::thread thread_;
 };
 
@@ -340,6 +374,8 @@ absl::StatusOr<int> OpenAiShim::Bind(const std::string& host, int port) {
   return impl_->Bind(host, port);
 }
 void OpenAiShim::Start() { impl_->Start(); }
+void OpenAiShim::BeginDrain() { impl_->BeginDrain(); }
+bool OpenAiShim::WaitIdle(engines::MonoTime deadline) { return impl_->WaitIdle(deadline); }
 void OpenAiShim::StopAccepting() { impl_->StopAccepting(); }
 void OpenAiShim::Join() { impl_->Join(); }
 

@@ -39,7 +39,14 @@ class OpenAiShim {
   absl::StatusOr<int> Bind(const std::string& host, int port);
   // Serves on a background thread.
   void Start();
-  // Stops accepting connections; requests in flight continue.
+  // Graceful shutdown, step 1: /ready reports 503 (the router itself refuses
+  // new requests once draining).
+  void BeginDrain();
+  // Step 2: waits until every generation response has been written to its
+  // end (streams included), at most until `deadline`. False on timeout.
+  bool WaitIdle(engines::MonoTime deadline);
+  // Step 3: closes the listener and every connection; a stream still open is
+  // cut (and its request cancelled).
   void StopAccepting();
   // Waits until every connection handler has returned (after StopAccepting).
   void Join();

@@ -1,6 +1,7 @@
 // narwhal-serve: the router (SPEC §2).
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -246,12 +247,20 @@ int Serve(const Args& args) {
   sigwait(&signals, &received);
   LogInfo(std::string("narwhal-serve: ") + (received == SIGTERM ? "SIGTERM" : "SIGINT") +
           ": draining for up to " + std::to_string(settings.serving.graceful_timeout_s) + "s");
-  shim.StopAccepting();
+  // Graceful drain: new requests are refused (503) while admitted ones
+  // finish, streams included, for up to serving.graceful_timeout_s; then
+  // whatever is left is cancelled and every listener closes.
+  const engines::MonoTime drain_deadline =
+      clock.Now() + engines::FromSeconds(settings.serving.graceful_timeout_s);
+  shim.BeginDrain();
   // The admin API ends its event streams and pending calls at once.
   admin.Shutdown();
   admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s));
+  // The last events of finished requests still reach their clients.
+  shim.WaitIdle(std::max(drain_deadline, clock.Now() + std::chrono::seconds(1)));
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  shim.StopAccepting();
   shim.Join();
   monitor.Stop();
   LogInfo("narwhal-serve: stopped");
