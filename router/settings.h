@@ -51,7 +51,7 @@ struct ServingSettings {
   double retry_base_s = 0.1;            // full-jitter backoff base, >= 0
   double retry_cap_s = 1.0;             // full-jitter backoff cap, >= base
   int max_inflight = 768;               // admitted client requests at once, >= 1
-  long long max_request_bytes = 4194304;  // larger bodies: 413, >= 1
+  long long max_request_bytes = 4194304;  // larger bodies: 413; 1 KiB .. 1 GiB
   double graceful_timeout_s = 30;       // SIGTERM drain, >= 0
   std::string api_key_env;              // env var holding the client API key; "" = none
 };
