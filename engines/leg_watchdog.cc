@@ -18,29 +18,31 @@ std::shared_ptr<LegWatchdog::Timer> LegWatchdog::NewTimer(std::function<void()> 
 }
 
 void LegWatchdog::Timer::ArmAt(MonoTime when) {
+  if (fired_.load()) return;
+  const int64_t t = Ticks(when);
+  deadline_.store(t);
+  // Fast path: an entry at or before `t` is already scheduled; when it comes
+  // due the thread finds the new deadline and reschedules. (If the thread
+  // dropped that entry meanwhile, it re-reads deadline_ after publishing
+  // scheduled_ = kNever, so this store is never lost.)
+  if (t >= scheduled_.load()) return;
   LegWatchdog& w = *owner_;
   std::lock_guard<std::mutex> lock(w.mu_);
-  if (fired_) return;
-  deadline_ = when;
-  if (when < scheduled_) {
-    const bool earliest = w.heap_.empty() || when < w.heap_.top().when;
-    scheduled_ = when;
-    w.heap_.push(Entry{when, weak_from_this()});
-    if (earliest) w.cv_.notify_one();
-  }
+  if (fired_.load() || t >= scheduled_.load()) return;
+  const bool earliest = w.heap_.empty() || t < w.heap_.top().when;
+  scheduled_.store(t);
+  w.heap_.push(Entry{t, weak_from_this()});
+  if (earliest) w.cv_.notify_one();
 }
 
 void LegWatchdog::Timer::Disarm() {
+  deadline_.store(kNever);
   LegWatchdog& w = *owner_;
   std::unique_lock<std::mutex> lock(w.mu_);
-  deadline_ = MonoTime::max();
   w.done_cv_.wait(lock, [&] { return w.running_ != this; });
 }
 
-bool LegWatchdog::Timer::fired() const {
-  std::lock_guard<std::mutex> lock(owner_->mu_);
-  return fired_;
-}
+bool LegWatchdog::Timer::fired() const { return fired_.load(); }
 
 void LegWatchdog::Run() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -49,26 +51,31 @@ void LegWatchdog::Run() {
       cv_.wait(lock);
       continue;
     }
-    const MonoTime next = heap_.top().when;
-    if (MonoClock::now() < next) {
-      cv_.wait_until(lock, next);
+    const int64_t next = heap_.top().when;
+    const int64_t now = Timer::Ticks(MonoClock::now());
+    if (now < next) {
+      cv_.wait_until(lock, MonoTime(MonoClock::duration(next)));
       continue;
     }
     Entry entry = heap_.top();
     heap_.pop();
     std::shared_ptr<Timer> timer = entry.timer.lock();
-    if (!timer || timer->fired_ || entry.when != timer->scheduled_) continue;  // dead or stale
-    if (timer->deadline_ == MonoTime::max()) {  // disarmed
-      timer->scheduled_ = MonoTime::max();
+    if (!timer || timer->fired_.load() || entry.when != timer->scheduled_.load()) continue;
+    int64_t deadline = timer->deadline_.load();
+    if (deadline == Timer::kNever) {  // disarmed (or paused)
+      timer->scheduled_.store(Timer::kNever);
+      // A concurrent ArmAt may have taken its fast path just before the
+      // store above: re-read so its deadline is not lost.
+      deadline = timer->deadline_.load();
+      if (deadline == Timer::kNever) continue;
+    }
+    if (deadline > now) {  // re-armed later: reschedule
+      timer->scheduled_.store(deadline);
+      heap_.push(Entry{deadline, timer});
       continue;
     }
-    if (timer->deadline_ > MonoClock::now()) {  // re-armed later: reschedule
-      timer->scheduled_ = timer->deadline_;
-      heap_.push(Entry{timer->deadline_, timer});
-      continue;
-    }
-    timer->fired_ = true;
-    timer->scheduled_ = MonoTime::max();
+    timer->fired_.store(true);
+    timer->scheduled_.store(Timer::kNever);
     running_ = timer.get();
     lock.unlock();
     timer->on_fire_();

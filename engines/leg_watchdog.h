@@ -6,12 +6,16 @@
 // token (B13). On expiry the watchdog runs the timer's callback (which stops
 // the leg's client) on its own thread.
 //
-// Re-arming to a later time is cheap (no heap push); the thread re-checks a
-// timer's current deadline when its scheduled entry comes due. Thread-safe.
+// Re-arming to a later time — once per relayed chunk — takes no lock: it
+// stores the new deadline and the thread re-checks a timer's current
+// deadline when its scheduled heap entry comes due. Only an earlier deadline
+// than the scheduled entry takes the lock to push a new entry. Thread-safe.
 #ifndef NARWHAL_ENGINES_LEG_WATCHDOG_H_
 #define NARWHAL_ENGINES_LEG_WATCHDOG_H_
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -48,17 +52,25 @@ class LegWatchdog {
     friend class LegWatchdog;
     Timer(LegWatchdog* owner, std::function<void()> on_fire)
         : owner_(owner), on_fire_(std::move(on_fire)) {}
+    static constexpr int64_t kNever = INT64_MAX;
+    static int64_t Ticks(MonoTime t) {
+      return t == MonoTime::max() ? kNever : t.time_since_epoch().count();
+    }
+
     LegWatchdog* owner_;
     std::function<void()> on_fire_;
-    // Guarded by owner_->mu_.
-    MonoTime deadline_ = MonoTime::max();
-    MonoTime scheduled_ = MonoTime::max();  // earliest heap entry for this timer
-    bool fired_ = false;
+    // The current deadline (kNever: disarmed). Written by the leg without the
+    // lock; read by the watchdog thread.
+    std::atomic<int64_t> deadline_{kNever};
+    // The earliest heap entry for this timer (kNever: none). Written under
+    // owner_->mu_; read without it by ArmAt's fast path.
+    std::atomic<int64_t> scheduled_{kNever};
+    std::atomic<bool> fired_{false};  // written under owner_->mu_
   };
 
  private:
   struct Entry {
-    MonoTime when;
+    int64_t when;
     std::weak_ptr<Timer> timer;
     bool operator>(const Entry& o) const { return when > o.when; }
   };

@@ -71,9 +71,36 @@ class ActiveResponse {
   std::atomic<int>& count_;
 };
 
+// The client's socket, looked up only once a request has been idle for a
+// while: finding it scans the process's descriptors, which most requests —
+// those that produce output promptly — never need to pay for.
+class LazyPeer {
+ public:
+  static constexpr int kIdlePollsBeforeLookup = 2;  // x kPollInterval
+
+  LazyPeer(int local_port, int remote_port) : local_port_(local_port), remote_port_(remote_port) {}
+  // Called after each idle poll interval: true once the client went away.
+  bool Gone() {
+    if (!looked_up_) {
+      if (++idle_polls_ < kIdlePollsBeforeLookup) return false;
+      peer_ = engines::PeerSocket::Find(local_port_, remote_port_);
+      looked_up_ = true;
+    }
+    return peer_.PeerClosed();
+  }
+
+ private:
+  int local_port_;
+  int remote_port_;
+  int idle_polls_ = 0;
+  bool looked_up_ = false;
+  engines::PeerSocket peer_;
+};
+
 struct StreamRelay {
+  StreamRelay(int local_port, int remote_port) : peer(local_port, remote_port) {}
   std::shared_ptr<router::ResponseChannel> channel;
-  engines::PeerSocket peer;
+  LazyPeer peer;
   router::Chunk chunk;
   bool first_pending = true;
   bool ended = false;  // the final event ([DONE] or the terminal error) was written
@@ -111,7 +138,7 @@ struct StreamRelay {
           return true;
         }
         case router::ResponseChannel::Pop::kEmpty:
-          if (peer.PeerClosed()) return Abandon();
+          if (peer.Gone()) return Abandon();
           break;
       }
     }
@@ -310,15 +337,14 @@ class OpenAiShim::Impl {
 
     // Hold status and headers until the first generated token (or the end),
     // watching for a client that leaves meanwhile (B19).
-    auto relay = std::make_shared<StreamRelay>();
+    auto relay = std::make_shared<StreamRelay>(req.local_port, req.remote_port);
     relay->active = std::move(active);  // counted until the stream ends
     relay->channel = channel;
-    relay->peer = engines::PeerSocket::Find(req.local_port, req.remote_port);
     while (true) {
       const auto pop = channel->Next(&relay->chunk, kPollInterval);
       if (pop == router::ResponseChannel::Pop::kChunk) break;
       if (pop == router::ResponseChannel::Pop::kEnd) return WriteEnd(res, channel->outcome());
-      if (!channel->cancelled() && relay->peer.PeerClosed()) channel->Cancel();
+      if (!channel->cancelled() && relay->peer.Gone()) channel->Cancel();
     }
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");

@@ -20,10 +20,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_sim() {  # id role -> prints port
+start_sim() {  # id role (run in this shell, not a subshell, so cleanup sees the pid)
   "$bin/narwhal-sim" --port 0 --engine-id "$1" --role "$2" --token-interval-ms "${TOKEN_MS:-2}" \
     --threads 1024 >"$work/$1.out" 2>"$work/$1.err" &
   pids+=($!)
+}
+port_of() {  # id -> the port from its ready line
   for _ in $(seq 100); do
     grep -q ready "$work/$1.out" 2>/dev/null && break
     sleep 0.05
@@ -31,8 +33,8 @@ start_sim() {  # id role -> prints port
   grep -o 'port=[0-9]*' "$work/$1.out" | cut -d= -f2
 }
 
-p0=$(start_sim p0 prefill); p1=$(start_sim p1 prefill)
-d0=$(start_sim d0 decode); d1=$(start_sim d1 decode)
+start_sim p0 prefill; start_sim p1 prefill; start_sim d0 decode; start_sim d1 decode
+p0=$(port_of p0); p1=$(port_of p1); d0=$(port_of d0); d1=$(port_of d1)
 cat >"$work/fleet.json" <<JSON
 {"model": "Qwen/Qwen3-0.6B",
  "engines": [
@@ -51,7 +53,7 @@ http=$(grep -o 'http=[^ ]*' "$work/serve.out" | cut -d= -f2)
 grpc=$(grep -o 'grpc=[^ ]*' "$work/serve.out" | cut -d= -f2)
 
 echo "# router pid $serve; sims p0:$p0 p1:$p1 d0:$d0 d1:$d1; ${duration}s per row; token interval ${TOKEN_MS:-2} ms"
-for c in 64 256; do
+for c in ${CONCURRENCY:-8 64 256}; do
   "$bin/narwhal-bench" --mode direct --prefill "http://127.0.0.1:$p0" --decode "http://127.0.0.1:$d0" \
     --concurrency "$c" --duration-s "$duration"
   "$bin/narwhal-bench" --mode http --target "$http" --pid "$serve" --concurrency "$c" --duration-s "$duration"
