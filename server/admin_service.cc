@@ -7,6 +7,7 @@
 
 #include "engines/engine_failure.h"
 #include "server/config_loader.h"
+#include "server/wake_link.h"
 
 namespace narwhal::server {
 namespace {
@@ -218,43 +219,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   reactor->Finish(status);
   return reactor;
 }
-
-// Lets publishers (through the watcher's queue) and the service wake a
-// reactor without outliving it. gRPC may run OnDone inline inside a Finish
-// that a wake-up triggered, so deletion waits until no wake-up is on the
-// stack: whoever leaves last — OnDone or the last wake-up — deletes it.
-template <typename Reactor>
-class WakeLink {
- public:
-  explicit WakeLink(Reactor* reactor) : reactor_(reactor) {}
-
-  void Wake() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (done_) return;
-    ++busy_;
-    lock.unlock();
-    reactor_->Pump();
-    lock.lock();
-    const bool remove = --busy_ == 0 && done_;
-    lock.unlock();
-    if (remove) delete reactor_;
-  }
-
-  // From the reactor's OnDone.
-  void Done() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_ = true;
-    if (busy_ > 0) return;  // the running wake-up deletes it
-    lock.unlock();
-    delete reactor_;
-  }
-
- private:
-  std::mutex mu_;
-  Reactor* const reactor_;
-  int busy_ = 0;
-  bool done_ = false;
-};
 
 }  // namespace
 

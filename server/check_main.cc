@@ -16,6 +16,7 @@
 #include "router/clock.h"
 #include "router/preflight.h"
 #include "server/config_loader.h"
+#include "server/engine_options.h"
 
 namespace narwhal::server {
 namespace {
@@ -82,12 +83,6 @@ ParseResult ParseArgs(int argc, char** argv, Args* args) {
   return ParseResult::kOk;
 }
 
-std::string EnvOrEmpty(const std::string& name) {
-  if (name.empty()) return "";
-  const char* v = std::getenv(name.c_str());
-  return v == nullptr ? "" : v;
-}
-
 int Check(const Args& args) {
   signal(SIGPIPE, SIG_IGN);
   auto loaded = LoadFleetConfig(args.config);
@@ -97,12 +92,7 @@ int Check(const Args& args) {
   }
   const router::Settings& settings = *loaded;
 
-  engines::HttpEngineClientOptions engine_options;
-  engine_options.first_token_timeout_s = settings.engine.first_token_timeout_s;
-  engine_options.decode_read_timeout_s = settings.engine.decode_read_timeout_s;
-  engine_options.connect_timeout_s = settings.engine.connect_timeout_s;
-  engine_options.connector = settings.engine.connector;
-  engine_options.api_key = EnvOrEmpty(settings.engine.api_key_env);
+  const engines::HttpEngineClientOptions engine_options = EngineClientOptions(settings);
   engines::HttpEngineClient client(engine_options);
   router::RealClock clock;
 

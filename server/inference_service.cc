@@ -6,52 +6,12 @@
 #include "google/rpc/status.pb.h"
 #include "server/grpc_request.h"
 #include "server/status_table.h"
+#include "server/wake_link.h"
 
 namespace narwhal::server {
 namespace {
 
 using router::ResponseChannel;
-
-// Lets router workers wake a reactor (through the channel's ready callback)
-// without outliving it. gRPC may run OnDone inline inside a Finish that a
-// wake-up triggered, so deletion waits until no wake-up is on the stack:
-// whoever leaves last — OnDone or the last wake-up — deletes the reactor.
-template <typename Reactor>
-class WakeLink {
- public:
-  explicit WakeLink(Reactor* reactor) : reactor_(reactor) {}
-
-  static std::function<void()> Callback(const std::shared_ptr<WakeLink>& link) {
-    return [link] { link->Wake(); };
-  }
-
-  // From the reactor's OnDone.
-  void Done() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_ = true;
-    if (busy_ > 0) return;  // the running wake-up deletes it
-    lock.unlock();
-    delete reactor_;
-  }
-
- private:
-  void Wake() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (done_) return;
-    ++busy_;
-    lock.unlock();
-    reactor_->Pump();
-    lock.lock();
-    const bool remove = --busy_ == 0 && done_;
-    lock.unlock();
-    if (remove) delete reactor_;
-  }
-
-  std::mutex mu_;
-  Reactor* const reactor_;
-  int busy_ = 0;
-  bool done_ = false;
-};
 
 void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   const long long prompt = o.prompt_tokens >= 0 ? o.prompt_tokens : 0;

@@ -26,6 +26,7 @@
 #include "router/router.h"
 #include "server/admin_service.h"
 #include "server/config_loader.h"
+#include "server/engine_options.h"
 #include "server/embedded_fleet.h"
 #include "server/inference_service.h"
 #include "server/log.h"
@@ -89,10 +90,18 @@ bool ParseArgs(int argc, char** argv, Args* args) {
   return true;
 }
 
-std::string EnvOrEmpty(const std::string& name) {
-  if (name.empty()) return "";
-  const char* v = std::getenv(name.c_str());
-  return v == nullptr ? "" : v;
+// A gRPC server for `service` on `address` (port 0 picks one; *bound gets
+// the actual port), or null when it cannot bind. A second server on the same
+// port fails instead of sharing it (no SO_REUSEPORT).
+std::unique_ptr<grpc::Server> StartGrpcServer(const std::string& address, grpc::Service* service,
+                                              int* bound) {
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server && *bound == 0) server.reset();
+  return server;
 }
 
 int Serve(const Args& args) {
@@ -143,12 +152,7 @@ int Serve(const Args& args) {
   prometheus::Registry registry;
   router::Metrics metrics(registry);
   router::RealClock clock;
-  engines::HttpEngineClientOptions engine_options;
-  engine_options.first_token_timeout_s = settings.engine.first_token_timeout_s;
-  engine_options.decode_read_timeout_s = settings.engine.decode_read_timeout_s;
-  engine_options.connect_timeout_s = settings.engine.connect_timeout_s;
-  engine_options.connector = settings.engine.connector;
-  engine_options.api_key = EnvOrEmpty(settings.engine.api_key_env);
+  const engines::HttpEngineClientOptions engine_options = EngineClientOptions(settings);
   engines::HttpEngineClient engine_client(engine_options);
   router::EventBus events;
   router::Fleet fleet(settings, clock, &metrics, journal.get(), &events);
@@ -205,14 +209,9 @@ int Serve(const Args& args) {
   int grpc_port = 0;
   SplitHostPort(settings.listen.grpc, &grpc_host, &grpc_port);
   int grpc_bound = 0;
-  grpc::ServerBuilder grpc_builder;
-  // A second server on the same port must fail, not share it.
-  grpc_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  grpc_builder.AddListeningPort(settings.listen.grpc, grpc::InsecureServerCredentials(),
-                                &grpc_bound);
-  grpc_builder.RegisterService(&inference);
-  std::unique_ptr<grpc::Server> grpc_server = grpc_builder.BuildAndStart();
-  if (!grpc_server || grpc_bound == 0) {
+  std::unique_ptr<grpc::Server> grpc_server =
+      StartGrpcServer(settings.listen.grpc, &inference, &grpc_bound);
+  if (!grpc_server) {
     LogError("narwhal-serve: cannot bind the gRPC listener to " + settings.listen.grpc);
     shim.StopAccepting();
     shim.Join();
@@ -223,13 +222,9 @@ int Serve(const Args& args) {
   int admin_port = 0;
   SplitHostPort(settings.listen.admin, &admin_host, &admin_port);
   int admin_bound = 0;
-  grpc::ServerBuilder admin_builder;
-  admin_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  admin_builder.AddListeningPort(settings.listen.admin, grpc::InsecureServerCredentials(),
-                                 &admin_bound);
-  admin_builder.RegisterService(&admin);
-  std::unique_ptr<grpc::Server> admin_server = admin_builder.BuildAndStart();
-  if (!admin_server || admin_bound == 0) {
+  std::unique_ptr<grpc::Server> admin_server =
+      StartGrpcServer(settings.listen.admin, &admin, &admin_bound);
+  if (!admin_server) {
     LogError("narwhal-serve: cannot bind the admin listener to " + settings.listen.admin);
     shim.StopAccepting();
     grpc_server->Shutdown(std::chrono::system_clock::now());
