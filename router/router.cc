@@ -520,24 +520,23 @@ std::shared_ptr<ResponseChannel> Router::Submit(Request request) {
 
 void Router::RecordRefused(const Request& request, const Outcome& outcome) {
   WriteJournal(request, outcome, json::object());
-  if (metrics_ != nullptr) {
-    metrics_->requests_total
-        .Add({{"api", std::string(engines::ApiLabel(request.api))},
-              {"door", std::string(DoorName(request.door))},
-              {"terminal", std::string(TerminalName(outcome.terminal))}})
-        .Increment();
-  }
+  CountRequest(request, outcome);
+}
+
+void Router::CountRequest(const Request& request, const Outcome& outcome) {
+  if (metrics_ == nullptr) return;
+  metrics_->requests_total
+      .Add({{"api", std::string(engines::ApiLabel(request.api))},
+            {"door", std::string(DoorName(request.door))},
+            {"terminal", std::string(TerminalName(outcome.terminal))}})
+      .Increment();
 }
 
 void Router::Finish(const Request& request, ResponseChannel& channel, Outcome outcome,
                     const json& attempt_info) {
   if (outcome.ok()) retry_budget_.OnSuccess();
+  CountRequest(request, outcome);
   if (metrics_ != nullptr) {
-    metrics_->requests_total
-        .Add({{"api", std::string(engines::ApiLabel(request.api))},
-              {"door", std::string(DoorName(request.door))},
-              {"terminal", std::string(TerminalName(outcome.terminal))}})
-        .Increment();
     metrics_->retry_credits.Set(retry_budget_.credits());
     metrics_->duration_seconds.Observe(engines::Seconds(clock_.Now() - request.arrived));
     if (outcome.ok()) {

@@ -80,6 +80,7 @@ class Router {
 
   void Finish(const Request& request, ResponseChannel& channel, Outcome outcome,
               const nlohmann::json& attempt_info);
+  void CountRequest(const Request& request, const Outcome& outcome);  // requests_total
   void WriteJournal(const Request& request, const Outcome& outcome,
                     const nlohmann::json& attempt_info);
   double Backoff(int failed_attempt);
