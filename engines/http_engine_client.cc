@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "engines/connector.h"
+#include "engines/json_limits.h"
 #include "engines/sse_reader.h"
 
 namespace narwhal::engines {
@@ -153,7 +154,7 @@ bool ParseEngineUrl(const std::string& url, std::string* host, int* port) {
 
 std::string EngineErrorMessage(const std::string& body) {
   std::string message;
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  json parsed = ParseJson(body);
   if (parsed.is_object()) {
     auto err = parsed.find("error");
     if (err != parsed.end() && err->is_object() && err->contains("message") &&
@@ -294,10 +295,11 @@ PrefillOutcome HttpEngineClient::Prefill(const EngineTarget& producer, Api api,
                                   httplib::to_string(res.error()),
                               true);
   } else {
-    json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
     std::string why;
     std::optional<json> descriptor;
-    if (parsed.is_discarded()) {
+    if (!JsonDepthWithin(body)) {
+      why = "prefill response " + DepthLimitText();
+    } else if (json parsed = ParseJson(body); parsed.is_discarded()) {
       why = "prefill response is not valid JSON";
     } else {
       descriptor = ExtractDescriptor(parsed, &why);

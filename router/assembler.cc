@@ -1,5 +1,7 @@
 #include "router/assembler.h"
 
+#include "engines/json_limits.h"
+
 namespace narwhal::router {
 namespace {
 
@@ -33,7 +35,11 @@ void Assembler::MergeLogprobs(ChoiceState& c, const json& lp) {
 
 bool Assembler::Add(std::string_view data) {
   if (!error_.empty()) return false;
-  json chunk = json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+  if (!engines::JsonDepthWithin(data)) {
+    error_ = "decode stream carried an event that " + engines::DepthLimitText();
+    return false;
+  }
+  json chunk = engines::ParseJson(data);
   if (!chunk.is_object()) {
     error_ = "decode stream carried an event that is not a JSON object";
     return false;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engines/json_limits.h"
+
 namespace narwhal::router {
 namespace {
 
@@ -21,7 +23,7 @@ json ModelCard(engines::EngineClient& client, const engines::EngineTarget& engin
     *why = Failure(r, "GET /v1/models");
     return nullptr;
   }
-  json parsed = json::parse(r.body, nullptr, false);
+  json parsed = engines::ParseJson(r.body);
   if (!parsed.is_object() || !parsed.contains("data") || !parsed["data"].is_array()) {
     *why = "GET /v1/models: not an OpenAI model list";
     return nullptr;
@@ -57,7 +59,7 @@ std::string CheckContract(engines::EngineClient& client, const engines::EngineTa
   const engines::ControlResponse v =
       client.Control(engine, "GET", "/version", "", settings.engine.health_timeout_s);
   if (!v.ok()) return Failure(v, "GET /version");
-  json version = json::parse(v.body, nullptr, false);
+  json version = engines::ParseJson(v.body);
   if (!version.is_object() || !version.contains("version") || !version["version"].is_string()) {
     return "GET /version: no version string";
   }
@@ -82,7 +84,7 @@ std::string CheckContract(engines::EngineClient& client, const engines::EngineTa
     const engines::ControlResponse r = client.Control(engine, "POST", "/v1/completions",
                                                       body.dump(), settings.engine.health_timeout_s);
     if (!r.ok()) return Failure(r, "POST /v1/completions (fingerprint)");
-    json parsed = json::parse(r.body, nullptr, false);
+    json parsed = engines::ParseJson(r.body);
     const std::string got = parsed.is_object() && parsed.contains("system_fingerprint") &&
                                     parsed["system_fingerprint"].is_string()
                                 ? parsed["system_fingerprint"].get<std::string>()

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "engines/json_limits.h"
 
 namespace narwhal::server {
 namespace {
@@ -216,6 +217,12 @@ std::string WithoutExceptionId(const std::string& what) {
 // Parses `text`; on a syntax error (or a number too large for a double)
 // reports it and returns nullopt.
 std::optional<json> ParseJson(std::string_view text, Errors* errors) {
+  // A deep document is refused unparsed: copying or printing it would
+  // overflow the stack.
+  if (!engines::JsonDepthWithin(text)) {
+    errors->Add("invalid JSON: the document " + engines::DepthLimitText());
+    return std::nullopt;
+  }
   DuplicateKeyFinder finder;
   json::parser_callback_t callback = [&finder](int /*depth*/, json::parse_event_t event,
                                                json& parsed) {

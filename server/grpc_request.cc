@@ -1,6 +1,10 @@
 #include "server/grpc_request.h"
 
 #include <cmath>
+#include <utility>
+#include <vector>
+
+#include "engines/json_limits.h"
 
 namespace narwhal::server {
 namespace {
@@ -48,11 +52,37 @@ json StructToJson(const google::protobuf::Struct& s) {
   return out;
 }
 
+bool StructDepthWithin(const google::protobuf::Struct& s, int max_depth) {
+  // (value, depth of the container holding it) pairs still to visit.
+  std::vector<std::pair<const google::protobuf::Value*, int>> pending;
+  auto push_struct = [&](const google::protobuf::Struct& st, int depth) {
+    for (const auto& [key, value] : st.fields()) pending.emplace_back(&value, depth);
+  };
+  if (max_depth < 1) return false;
+  push_struct(s, 1);
+  while (!pending.empty()) {
+    const auto [value, depth] = pending.back();
+    pending.pop_back();
+    if (value->kind_case() == google::protobuf::Value::kStructValue) {
+      if (depth + 1 > max_depth) return false;
+      push_struct(value->struct_value(), depth + 1);
+    } else if (value->kind_case() == google::protobuf::Value::kListValue) {
+      if (depth + 1 > max_depth) return false;
+      for (const auto& v : value->list_value().values()) pending.emplace_back(&v, depth + 1);
+    }
+  }
+  return true;
+}
+
 GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& request,
                                            bool stream, const std::string& served_model) {
   json body = json::object();
   // Other engine fields first, so the typed fields below win.
   if (request.has_extra()) {
+    // `extra` becomes the body itself: the same depth bound as an HTTP body.
+    if (!StructDepthWithin(request.extra(), engines::kMaxJsonDepth)) {
+      return Fail("extra " + engines::DepthLimitText(), "extra");
+    }
     body = StructToJson(request.extra());
     for (const char* owned : {"model", "prompt", "messages", "stream", "stream_options"}) {
       if (body.contains(owned)) {

@@ -29,6 +29,11 @@ GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& r
 nlohmann::json ValueToJson(const google::protobuf::Value& value);
 nlohmann::json StructToJson(const google::protobuf::Struct& s);
 
+// True when no struct or list in `s` nests deeper than `max_depth` levels
+// (the same measure as engines::JsonDepthWithin on its JSON form). Iterative,
+// so it is safe on any input.
+bool StructDepthWithin(const google::protobuf::Struct& s, int max_depth);
+
 }  // namespace narwhal::server
 
 #endif  // NARWHAL_SERVER_GRPC_REQUEST_H_

@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "engines/json_limits.h"
+
 namespace narwhal::server {
 namespace {
 
@@ -105,7 +107,11 @@ constexpr FieldRule kFieldRules[] = {
 
 ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
                                  const std::string& served_model) {
-  json body = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
+  // Depth first: a deeply nested body must never be parsed, copied or dumped.
+  if (!engines::JsonDepthWithin(raw)) {
+    return Fail(400, "request body " + engines::DepthLimitText());
+  }
+  json body = engines::ParseJson(raw);
   if (body.is_discarded()) return Fail(400, "request body is not valid JSON");
   return ValidateOpenAiBody(std::move(body), api, served_model);
 }

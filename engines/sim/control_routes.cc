@@ -2,11 +2,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 #include "engines/sim/responses.h"
 #include "engines/sim/routes.h"
 
 namespace narwhal::sim {
+
+using engines::ParseJson;
 namespace {
 
 void Json(httplib::Response& res, int status, const nlohmann::json& body) {

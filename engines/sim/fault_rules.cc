@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 
 namespace narwhal::sim {
+
+using engines::ParseJson;
 namespace {
 
 struct KindInfo {
@@ -329,7 +331,7 @@ absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
 }
 
 absl::StatusOr<std::vector<FaultRule>> ParseFaultBody(absl::string_view body) {
-  nlohmann::json document = ParseJson(body);
+  nlohmann::json document = ParseJson(std::string_view(body.data(), body.size()));
   if (document.is_discarded()) {
     return absl::InvalidArgumentError("body: invalid JSON");
   }

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engines/peer_socket.h"
 #include "engines/sim/generation.h"
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 #include "engines/sim/openai_request.h"
 #include "engines/sim/recording.h"
 #include "engines/sim/responses.h"
@@ -14,6 +14,8 @@
 #include "engines/sim/waiter.h"
 
 namespace narwhal::sim {
+
+using engines::ParseJson;
 namespace {
 
 // X-Request-Id, else the body's request_id, else a random id.

@@ -5,10 +5,12 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 #include "engines/sim/responses.h"
 
 namespace narwhal::sim {
+
+using engines::ParseJson;
 namespace {
 
 bool SameBlocks(const nlohmann::json& sent, const nlohmann::json& held) {

@@ -9,10 +9,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 #include "engines/sim/text_gen.h"
 
 namespace narwhal::sim {
+
+using engines::JsonDepthWithin;
+using engines::kMaxJsonDepth;
+using engines::ParseJson;
 namespace {
 
 // Pydantic-style request validation failures carry the type "Bad Request".
@@ -208,12 +212,13 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
         Invalid("Unsupported Media Type: Only 'application/json' is allowed");
     return parsed;
   }
-  if (!JsonDepthWithin(body)) {
+  const std::string_view text(body.data(), body.size());
+  if (!JsonDepthWithin(text)) {
     parsed.error = Invalid(absl::StrCat("JSON nesting deeper than ",
                                         kMaxJsonDepth, " levels"));
     return parsed;
   }
-  request.body = ParseJson(body);
+  request.body = ParseJson(text);
   if (request.body.is_discarded()) {
     parsed.error = Invalid("JSON decode error");
     return parsed;

@@ -2,9 +2,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 
 namespace narwhal::sim {
+
+using engines::ParseJson;
 namespace {
 
 // Larger bodies are not kept (the ring holds 2000 records).

@@ -57,6 +57,31 @@ TEST_F(ServeInputTest, MalformedJsonIs400) {
   ExpectStillServes(router);
 }
 
+// The ~160 KB body that crashed the process (hardening): an 80,000-deep
+// array in a pass-through field is refused with 400 and a journal row, and
+// the router keeps serving.
+TEST_F(ServeInputTest, DeeplyNestedBodyIs400AndTheRouterSurvives) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  const std::string deep = std::string(80000, '[') + std::string(80000, ']');
+  for (const std::string& path : {std::string(kChat), std::string(kCompletions)}) {
+    SCOPED_TRACE(path);
+    const std::string body =
+        path == kChat ? R"({"model":")" + std::string(kModel) +
+                            R"(","messages":[{"role":"user","content":"hi","x":)" + deep + "}]}"
+                      : R"({"model":")" + std::string(kModel) + R"(","prompt":"hi","x":)" + deep +
+                            "}";
+    HttpCapture c = SendRaw(router, path, body);
+    EXPECT_EQ(c.status, 400) << Describe(c);
+    const json error = ErrorOf(c.body);
+    ASSERT_TRUE(error.is_object()) << Describe(c);
+    EXPECT_TRUE(absl::StrContains(error.value("message", ""), "nests deeper than 128 levels"))
+        << Describe(c);
+    EXPECT_EQ(JournalRow(router, c)["terminal"], "invalid");
+  }
+  EXPECT_TRUE(SimRequests(Sim("p0")).empty());
+  ExpectStillServes(router);
+}
+
 TEST_F(ServeInputTest, MissingFieldsAre400WithParam) {
   ServeProcess& router = StartRouter({"p0", "d0"});
   HttpCapture c = Send(router, kCompletions, {{"model", kModel}, {"max_tokens", 3}});

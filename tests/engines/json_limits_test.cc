@@ -1,17 +1,17 @@
-#include "engines/sim/json_parse.h"
+#include "engines/json_limits.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace narwhal::sim {
+namespace narwhal::engines {
 namespace {
 
 std::string Nested(int depth) {
   return std::string(depth, '[') + std::string(depth, ']');
 }
 
-TEST(SimJsonParseTest, DepthLimit) {
+TEST(JsonLimitsTest, DepthLimit) {
   EXPECT_TRUE(JsonDepthWithin(Nested(kMaxJsonDepth)));
   EXPECT_FALSE(JsonDepthWithin(Nested(kMaxJsonDepth + 1)));
   EXPECT_TRUE(JsonDepthWithin(R"({"a":[{"b":"[[[[[[[["}]})", 3));
@@ -19,7 +19,7 @@ TEST(SimJsonParseTest, DepthLimit) {
   EXPECT_FALSE(JsonDepthWithin(R"({"a":[{}]})", 2));
 }
 
-TEST(SimJsonParseTest, ParsesOrDiscards) {
+TEST(JsonLimitsTest, ParsesOrDiscards) {
   EXPECT_EQ(ParseJson(R"({"a":[1,2]})")["a"][1], 2);
   EXPECT_TRUE(ParseJson("{nope").is_discarded());
   EXPECT_TRUE(ParseJson(Nested(100000)).is_discarded());
@@ -27,4 +27,4 @@ TEST(SimJsonParseTest, ParsesOrDiscards) {
 }
 
 }  // namespace
-}  // namespace narwhal::sim
+}  // namespace narwhal::engines
