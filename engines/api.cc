@@ -1,5 +1,8 @@
 #include "engines/api.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace narwhal::engines {
 
 std::string_view ApiPath(Api api) {
@@ -8,6 +11,27 @@ std::string_view ApiPath(Api api) {
 
 std::string_view ApiLabel(Api api) {
   return api == Api::kCompletions ? "completions" : "chat";
+}
+
+bool ParseEngineUrl(const std::string& url, std::string* host, int* port) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.compare(0, kScheme.size(), kScheme) != 0) return false;
+  std::string rest = url.substr(kScheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string h = rest.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string p = rest.substr(colon + 1);
+  if (p.empty() || p.size() > 5 ||
+      !std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    return false;
+  }
+  const int n = std::stoi(p);
+  if (n < 1 || n > 65535) return false;
+  *host = h;
+  *port = n;
+  return true;
 }
 
 }  // namespace narwhal::engines

@@ -3,6 +3,7 @@
 #define NARWHAL_ENGINES_API_H_
 
 #include <chrono>
+#include <string>
 #include <string_view>
 
 namespace narwhal::engines {
@@ -17,6 +18,10 @@ enum class Api { kCompletions, kChatCompletions };
 std::string_view ApiPath(Api api);
 // "completions" or "chat" (metrics label, journal `api`).
 std::string_view ApiLabel(Api api);
+
+// Splits "http://host:port" (an engine base URL) into host and port. False
+// if malformed.
+bool ParseEngineUrl(const std::string& url, std::string* host, int* port);
 
 // Seconds as a double, for journal fields and detail strings.
 inline double Seconds(MonoClock::duration d) {

@@ -10,7 +10,9 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include <boost/asio/awaitable.hpp>
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
@@ -20,6 +22,9 @@
 #include "engines/stream_event.h"
 
 namespace narwhal::engines {
+
+template <typename T>
+using Awaitable = boost::asio::awaitable<T>;
 
 // One engine as the adapter sees it.
 struct EngineTarget {
@@ -57,6 +62,12 @@ class DecodeObserver {
   // FailureReason::kCancelled. Time spent in this call (a slow client
   // back-pressuring the stream) does not count against the read timeout.
   virtual bool OnEvent(std::string_view data, const StreamEvent& event) = 0;
+  // Event-loop legs (AsyncEngineClient) only: runs after the events of one
+  // engine read have been passed to OnEvent, before the next read — the place
+  // to hand them to the client in one write. The leg's read timer is paused
+  // meanwhile, so a slow client back-pressuring the stream is not engine
+  // silence (B13). Return false to stop the leg (kCancelled).
+  virtual Awaitable<bool> Flush() { co_return true; }
 };
 
 // A control-plane exchange (health, identity, probes): status 0 means no
@@ -93,6 +104,28 @@ class EngineClient {
   virtual ControlResponse Control(const EngineTarget& engine, std::string_view method,
                                   std::string_view path, const std::string& body,
                                   double timeout_s) = 0;
+};
+
+// The same port as coroutines on the event loops (engines/io_loops.h): a leg
+// runs on the executor of the coroutine that awaits it and never blocks it.
+// Parameters passed by value live in the coroutine; references must outlive
+// the awaited call. SyncEngineClient (engines/sync_engine_client.h) runs these
+// legs from threads that may block.
+class AsyncEngineClient {
+ public:
+  virtual ~AsyncEngineClient() = default;
+
+  virtual Awaitable<PrefillOutcome> Prefill(EngineTarget producer, Api api,
+                                            const nlohmann::json& client_body,
+                                            LegOptions options) = 0;
+
+  virtual Awaitable<DecodeOutcome> Decode(EngineTarget consumer, const PrefillResult& handoff,
+                                          const nlohmann::json& client_body, bool client_streams,
+                                          LegOptions options, DecodeObserver& observer) = 0;
+
+  virtual Awaitable<ControlResponse> Control(EngineTarget engine, std::string method,
+                                             std::string path, std::string body,
+                                             double timeout_s) = 0;
 };
 
 }  // namespace narwhal::engines

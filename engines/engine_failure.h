@@ -67,6 +67,20 @@ struct EngineFailure {
   bool timeout_shaped() const { return status == 504; }
 };
 
+// A failure record with the given fields; the breaker evidence counts
+// against `iid` unless the class is kNone.
+EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
+                          BreakerClass cls, int status, std::string detail, bool transient);
+
+// The message inside an engine's error body (vLLM's nested, legacy flat or
+// string shapes; else the raw text), truncated to a readable length.
+std::string EngineErrorMessage(const std::string& body);
+
+// Classifies an engine's HTTP error status (or, with `in_stream`, an error
+// object inside a 200 stream, B11) into the one failure record.
+EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
+                                   const std::string& message, bool in_stream);
+
 }  // namespace narwhal::engines
 
 #endif  // NARWHAL_ENGINES_ENGINE_FAILURE_H_

@@ -18,26 +18,11 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
-constexpr size_t kMaxMessageChars = 500;
 
 std::string FormatSeconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%gs", s);
   return buf;
-}
-
-EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
-                          BreakerClass cls, int status, std::string detail, bool transient) {
-  EngineFailure f;
-  f.phase = phase;
-  f.iid = iid;
-  f.evidence_iid = cls == BreakerClass::kNone ? "" : iid;
-  f.reason = reason;
-  f.breaker_class = cls;
-  f.status = status;
-  f.detail = std::move(detail);
-  f.transient = transient;
-  return f;
 }
 
 EngineFailure Cancelled(Phase phase, const std::string& iid) {
@@ -133,72 +118,6 @@ httplib::Headers LegHeaders(const LegOptions& options, const std::string& api_ke
 }
 
 }  // namespace
-
-bool ParseEngineUrl(const std::string& url, std::string* host, int* port) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.compare(0, kScheme.size(), kScheme) != 0) return false;
-  std::string rest = url.substr(kScheme.size());
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  std::string h = rest.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  const std::string p = rest.substr(colon + 1);
-  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) return false;
-  const int n = std::stoi(p);
-  if (n < 1 || n > 65535) return false;
-  *host = h;
-  *port = n;
-  return true;
-}
-
-std::string EngineErrorMessage(const std::string& body) {
-  std::string message;
-  json parsed = ParseJson(body);
-  if (parsed.is_object()) {
-    auto err = parsed.find("error");
-    if (err != parsed.end() && err->is_object() && err->contains("message") &&
-        (*err)["message"].is_string()) {
-      message = (*err)["message"].get<std::string>();
-    } else if (err != parsed.end() && err->is_string()) {
-      message = err->get<std::string>();
-    } else if (parsed.contains("message") && parsed["message"].is_string()) {
-      message = parsed["message"].get<std::string>();
-    }
-  }
-  if (message.empty()) message = body;
-  if (message.size() > kMaxMessageChars) message = message.substr(0, kMaxMessageChars) + "...";
-  return message;
-}
-
-EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
-                                   const std::string& message, bool in_stream) {
-  const std::string source = in_stream ? "engine stream error " : "engine returned HTTP ";
-  const std::string detail = source + std::to_string(engine_status) + ": " + message;
-  EngineFailure f;
-  if (engine_status == 408 || engine_status == 429) {
-    f = MakeFailure(phase, iid, FailureReason::kEngineOverloaded, BreakerClass::kOverload,
-                    engine_status == 408 ? 504 : 502, detail, true);
-  } else if (engine_status >= 400 && engine_status < 500) {
-    // The client's own request was refused (e.g. prompt too long): its status
-    // and message go back unchanged, and it is not evidence against the engine.
-    f = MakeFailure(phase, iid, FailureReason::kEngineRejected, BreakerClass::kNone,
-                    engine_status, message, false);
-  } else if (engine_status >= 500 && engine_status < 600) {
-    f = MakeFailure(phase, iid,
-                    engine_status == 504 ? FailureReason::kEngineTimeout
-                                         : FailureReason::kEngineError,
-                    BreakerClass::kInferenceStatus, engine_status == 504 ? 504 : 502, detail,
-                    true);
-  } else {
-    f = MakeFailure(phase, iid, FailureReason::kEngineError, BreakerClass::kInferenceStatus, 502,
-                    detail, false);
-  }
-  // B11: an error object inside a 200 stream keeps its own status.
-  if (in_stream) f.status = engine_status;
-  f.engine_status = engine_status;
-  return f;
-}
 
 HttpEngineClient::HttpEngineClient(HttpEngineClientOptions options)
     : options_(std::move(options)) {}

@@ -13,19 +13,10 @@
 #include <string>
 
 #include "engines/engine_client.h"
+#include "engines/http/http_options.h"
 #include "engines/leg_watchdog.h"
 
 namespace narwhal::engines {
-
-struct HttpEngineClientOptions {
-  double first_token_timeout_s = 2.5;  // B12
-  double decode_read_timeout_s = 10;   // B13; 0 = request deadline bounds the stream
-  double connect_timeout_s = 10;
-  std::string connector = "NixlConnector";
-  std::string api_key;  // Bearer token sent to engines; empty = none
-  // Largest non-streaming engine response body read (prefill responses).
-  size_t max_response_bytes = 16 * 1024 * 1024;
-};
 
 class HttpEngineClient : public EngineClient {
  public:
@@ -49,18 +40,6 @@ class HttpEngineClient : public EngineClient {
   HttpEngineClientOptions options_;
   LegWatchdog watchdog_;
 };
-
-// Splits "http://host:port" into host and port. False if malformed.
-bool ParseEngineUrl(const std::string& url, std::string* host, int* port);
-
-// The message inside an engine's error body (vLLM's nested, legacy flat or
-// string shapes; else the raw text), truncated to a readable length.
-std::string EngineErrorMessage(const std::string& body);
-
-// Classifies an engine's HTTP error status (or, with `in_stream`, an error
-// object inside a 200 stream, B11) into the one failure record.
-EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
-                                   const std::string& message, bool in_stream);
 
 }  // namespace narwhal::engines
 

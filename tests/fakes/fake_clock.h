@@ -1,5 +1,8 @@
-// FakeClock: a router::Clock whose time moves only when a test (or a fake
-// engine modelling latency) says so.
+// FakeClock: a clock whose time moves only when a test (or a fake engine
+// modelling latency) says so. It is both the router's clock and the engine
+// layer's (engines/clock.h): its timers complete — posted to their loops —
+// when Advance() moves time past their deadline, so the data plane's timers
+// (B12/B13, deadlines) run on fake time without sleeping.
 //
 // Now() starts at the real steady-clock reading taken at construction, so
 // deadlines computed from it stay meaningful to code that waits on the real
@@ -10,18 +13,23 @@
 #ifndef NARWHAL_TESTS_FAKES_FAKE_CLOCK_H_
 #define NARWHAL_TESTS_FAKES_FAKE_CLOCK_H_
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include <boost/asio/post.hpp>
+
 #include "engines/api.h"
 #include "engines/cancel_token.h"
+#include "engines/clock.h"
 #include "router/clock.h"
 
 namespace narwhal::testing {
 
-class FakeClock : public router::Clock {
+class FakeClock : public router::Clock, public engines::Clock {
  public:
   using Duration = engines::MonoClock::duration;
 
@@ -57,15 +65,49 @@ class FakeClock : public router::Clock {
     return true;
   }
 
-  // Moves monotonic and wall time forward together.
+  // Moves monotonic and wall time forward together; timers whose deadline
+  // has passed complete (their handlers are posted to their loops).
   void Advance(Duration d) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      now_ += d;
+      wall_ += engines::Seconds(d);
+    }
+    FireDue();
+  }
+
+  // Moves time to the earliest pending timer's deadline and fires it (and
+  // any other due timer). False when no timer is pending.
+  bool AdvanceToNextTimer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waits_.empty()) return false;
+      engines::MonoTime next = engines::MonoTime::max();
+      for (const auto& w : waits_) next = std::min(next, w.deadline);
+      if (next > now_) {
+        wall_ += engines::Seconds(next - now_);
+        now_ = next;
+      }
+    }
+    FireDue();
+    return true;
+  }
+
+  // Timers waiting now.
+  size_t pending_timers() const {
     std::lock_guard<std::mutex> lock(mu_);
-    now_ += d;
-    wall_ += engines::Seconds(d);
+    return waits_.size();
+  }
+
+  std::unique_ptr<engines::Timer> NewTimer(const engines::Executor& executor) const override {
+    return std::make_unique<FakeTimer>(const_cast<FakeClock&>(*this), executor);
   }
   void SetNow(engines::MonoTime t) {
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ = t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      now_ = t;
+    }
+    FireDue();
   }
   void SetWallNow(double unix_seconds) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,7 +128,69 @@ class FakeClock : public router::Clock {
   }
 
  private:
+  struct Wait {
+    uint64_t timer;
+    engines::MonoTime deadline;
+    engines::Executor executor;
+    std::shared_ptr<absl::AnyInvocable<void(bool)>> done;
+  };
+
+  class FakeTimer : public engines::Timer {
+   public:
+    FakeTimer(FakeClock& clock, engines::Executor executor)
+        : clock_(clock), executor_(std::move(executor)), id_(clock.NextTimerId()) {}
+    ~FakeTimer() override { Cancel(); }
+    void AsyncWait(engines::MonoTime deadline, absl::AnyInvocable<void(bool)> done) override {
+      Cancel();
+      clock_.AddWait(Wait{id_, deadline, executor_,
+                          std::make_shared<absl::AnyInvocable<void(bool)>>(std::move(done))});
+    }
+    void Cancel() override { clock_.CancelWaits(id_); }
+
+   private:
+    FakeClock& clock_;
+    engines::Executor executor_;
+    uint64_t id_;
+  };
+
+  uint64_t NextTimerId() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ++next_timer_;
+  }
+  void AddWait(Wait w) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waits_.push_back(std::move(w));
+    }
+    FireDue();
+  }
+  void CancelWaits(uint64_t timer) { Complete([&](const Wait& w) { return w.timer == timer; }, false); }
+  void FireDue() {
+    engines::MonoTime now = Now();
+    Complete([&](const Wait& w) { return w.deadline <= now; }, true);
+  }
+  template <typename Pred>
+  void Complete(Pred pred, bool fired) {
+    std::vector<Wait> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = waits_.begin(); it != waits_.end();) {
+        if (pred(*it)) {
+          done.push_back(std::move(*it));
+          it = waits_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Wait& w : done) {
+      boost::asio::post(w.executor, [d = w.done, fired] { (*d)(fired); });
+    }
+  }
+
   mutable std::mutex mu_;
+  std::vector<Wait> waits_;
+  uint64_t next_timer_ = 0;
   mutable engines::MonoTime now_;
   mutable double wall_;
   mutable std::vector<Duration> sleeps_;

@@ -1,0 +1,688 @@
+#include "engines/http/beast_engine_client.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "engines/connector.h"
+#include "engines/http/connection_pool.h"
+#include "engines/http/leg_timer.h"
+#include "engines/json_limits.h"
+#include "engines/sse_reader.h"
+
+namespace narwhal::engines {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+using json = nlohmann::json;
+
+constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
+// How long a finished decode leg may wait for the end of the engine's chunked
+// body (it usually follows [DONE] at once) before its connection is pooled.
+constexpr auto kDrainBound = std::chrono::seconds(1);
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%gs", s);
+  return buf;
+}
+
+auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+EngineFailure Cancelled(Phase phase, const std::string& iid) {
+  return MakeFailure(phase, iid, FailureReason::kCancelled, BreakerClass::kNone, 499,
+                     "client went away", false);
+}
+
+EngineFailure DeadlineExpired(Phase phase, const std::string& iid) {
+  return MakeFailure(phase, iid, FailureReason::kDeadline, BreakerClass::kNone, 504,
+                     std::string("request deadline passed during the ") +
+                         std::string(PhaseName(phase)) + " leg",
+                     false);
+}
+
+// The cause of a transport error in plain words.
+std::string Cause(const error_code& ec) {
+  if (ec == asio::error::connection_refused) return "connection refused";
+  if (ec == asio::error::connection_reset) return "connection reset by the engine";
+  if (ec == asio::error::broken_pipe) return "connection closed by the engine while sending";
+  if (ec == asio::error::eof || ec == http::error::end_of_stream || ec == http::error::partial_message) {
+    return "connection closed by the engine";
+  }
+  if (ec == asio::error::host_not_found || ec == asio::error::host_not_found_try_again) {
+    return "host name not found (DNS)";
+  }
+  if (ec == asio::error::network_unreachable || ec == asio::error::host_unreachable) {
+    return "network unreachable";
+  }
+  if (std::string_view(ec.category().name()) == "beast.http") {
+    return "malformed HTTP response (" + ec.message() + ")";
+  }
+  return ec.message();
+}
+
+// The socket of a leg, shared with a cancellation posted from another thread.
+struct LegIo {
+  explicit LegIo(const Executor& executor) : socket(executor) {}
+  void Close() {
+    error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+  }
+  tcp::socket socket;
+  beast::flat_buffer buffer;
+  bool cancelled = false;
+  bool reused = false;  // taken from the pool (may have gone stale)
+};
+
+// One leg's connection, timer and cancel hook.
+class Leg {
+ public:
+  Leg(const Clock& clock, const Executor& executor, std::string host, int port,
+      CancelToken* cancel)
+      : clock_(clock),
+        executor_(executor),
+        host_(std::move(host)),
+        port_(port),
+        key_(host_ + ":" + std::to_string(port)),
+        io_(std::make_shared<LegIo>(executor)),
+        timer_(clock, executor, [io = io_.get()] { io->Close(); }) {
+    if (cancel != nullptr) {
+      // The token may fire on any thread: the socket is closed on its loop.
+      std::weak_ptr<LegIo> weak = io_;
+      Executor ex = executor;
+      cancel_hook_.emplace(cancel, [weak, ex] {
+        asio::post(ex, [weak] {
+          if (std::shared_ptr<LegIo> io = weak.lock()) {
+            io->cancelled = true;
+            io->Close();
+          }
+        });
+      });
+    }
+  }
+  ~Leg() { timer_.Stop(); }
+
+  LegTimer& timer() { return timer_; }
+  LegIo& io() { return *io_; }
+  bool cancelled() const { return io_->cancelled; }
+  const std::string& key() const { return key_; }
+
+  // A pooled connection, else a new one.
+  Awaitable<error_code> Connect() {
+    ConnectionPool& pool = ConnectionPool::Of(executor_);
+    if (std::optional<tcp::socket> s = pool.Take(key_, clock_.Now())) {
+      io_->socket = std::move(*s);
+      io_->reused = true;
+      co_return error_code{};
+    }
+    co_return co_await ConnectFresh();
+  }
+
+  Awaitable<error_code> ConnectFresh() {
+    ConnectionPool& pool = ConnectionPool::Of(executor_);
+    io_->reused = false;
+    io_->Close();
+    io_->socket = tcp::socket(executor_);
+    error_code ec;
+    std::vector<tcp::endpoint> endpoints;
+    if (const auto* cached = pool.Endpoints(key_)) {
+      endpoints = *cached;
+    } else {
+      tcp::resolver resolver(executor_);
+      auto results = co_await resolver.async_resolve(host_, std::to_string(port_), Redirect(ec));
+      if (ec) co_return ec;
+      for (const auto& r : results) endpoints.push_back(r.endpoint());
+      pool.SetEndpoints(key_, endpoints);
+    }
+    co_await asio::async_connect(io_->socket, endpoints, Redirect(ec));
+    if (ec) {
+      pool.ForgetEndpoints(key_);
+      co_return ec;
+    }
+    io_->socket.set_option(tcp::no_delay(true), ec);
+    co_return error_code{};
+  }
+
+  // Gives the connection back for reuse.
+  void Pool(size_t max_idle) {
+    if (!io_->socket.is_open() || cancelled()) return;
+    ConnectionPool::Of(executor_).Put(key_, std::move(io_->socket), clock_.Now(), max_idle);
+  }
+
+  std::shared_ptr<LegIo> shared_io() { return io_; }
+
+ private:
+  const Clock& clock_;
+  Executor executor_;
+  std::string host_;
+  int port_;
+  std::string key_;
+  std::shared_ptr<LegIo> io_;
+  LegTimer timer_;
+  std::optional<CancelToken::Registration> cancel_hook_;
+};
+
+http::request<http::string_body> LegRequest(http::verb verb, std::string_view path,
+                                            const std::string& host_header,
+                                            const std::string& request_id,
+                                            const std::string& api_key, std::string body) {
+  http::request<http::string_body> req{verb, std::string(path), 11};
+  req.set(http::field::host, host_header);
+  if (!request_id.empty()) req.set("X-Request-Id", request_id);
+  req.set(http::field::accept, "application/json, text/event-stream");
+  if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
+  if (!body.empty() || verb == http::verb::post) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = std::move(body);
+  }
+  req.keep_alive(true);
+  req.prepare_payload();
+  return req;
+}
+
+// True when a failure on a pooled connection means only that the engine had
+// closed it while idle: the request never got a response byte.
+bool StaleConnection(const LegIo& io, const error_code& ec, bool got_bytes) {
+  return io.reused && !got_bytes &&
+         (ec == asio::error::eof || ec == http::error::end_of_stream ||
+          ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
+}
+
+// Reads the rest of a decode response (its chunked terminator) and pools the
+// connection; closes it if the end does not come promptly.
+Awaitable<void> DrainAndPool(std::shared_ptr<LegIo> io,
+                             std::shared_ptr<http::response_parser<http::buffer_body>> parser,
+                             const Clock& clock, std::string key, size_t max_idle) {
+  const Executor executor = co_await asio::this_coro::executor;
+  LegTimer timer(clock, executor, [io = io.get()] { io->Close(); });
+  timer.Arm(clock.Now() + kDrainBound, LegBound::kLeg);
+  char sink[512];
+  error_code ec;
+  while (!parser->is_done() && !ec) {
+    parser->get().body().data = sink;
+    parser->get().body().size = sizeof(sink);
+    co_await http::async_read_some(io->socket, io->buffer, *parser, Redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+  }
+  timer.Stop();
+  if (!ec && parser->is_done() && parser->get().keep_alive() && io->buffer.size() == 0 &&
+      io->socket.is_open()) {
+    ConnectionPool::Of(executor).Put(key, std::move(io->socket), clock.Now(), max_idle);
+  } else {
+    io->Close();
+  }
+}
+
+}  // namespace
+
+BeastEngineClient::BeastEngineClient(HttpEngineClientOptions options, const Clock& clock)
+    : options_(std::move(options)), clock_(clock) {}
+
+namespace {
+
+// Transport failure of a leg that got no response status.
+EngineFailure TransportFailure(Phase phase, const EngineTarget& target, const error_code& ec,
+                               bool connected, const std::string& key) {
+  if (!connected) {
+    return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
+                       BreakerClass::kConnection, 502,
+                       "engine unreachable: connect to " + key + " failed: " + Cause(ec), true);
+  }
+  return MakeFailure(phase, target.iid, FailureReason::kEngineConnection, BreakerClass::kTimeout,
+                     502, "connection to engine lost before a response (" + key + "): " + Cause(ec),
+                     true);
+}
+
+EngineFailure ConnectTimeout(Phase phase, const EngineTarget& target, const std::string& key,
+                             double seconds) {
+  return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
+                     BreakerClass::kConnection, 504,
+                     "engine unreachable: connect to " + key + " timed out after " +
+                         FormatSeconds(seconds),
+                     true);
+}
+
+}  // namespace
+
+Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api api,
+                                                    const json& client_body, LegOptions options) {
+  constexpr Phase kPhase = Phase::kPrefill;
+  PrefillOutcome out;
+  std::string host;
+  int port = 0;
+  if (!ParseEngineUrl(producer.url, &host, &port)) {
+    out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kEngineUnreachable,
+                              BreakerClass::kConnection, 502,
+                              "engine unreachable: bad engine url " + producer.url, false);
+    co_return out;
+  }
+  const MonoTime deadline =
+      std::min(options.request_deadline, options.leg_deadline.value_or(MonoTime::max()));
+  const bool deadline_is_request = deadline == options.request_deadline;
+  const LegBound deadline_bound = deadline_is_request ? LegBound::kRequest : LegBound::kLeg;
+  const MonoTime started = clock_.Now();
+  auto leg_timeout = [&] {
+    return deadline_is_request
+               ? DeadlineExpired(kPhase, producer.iid)
+               : MakeFailure(kPhase, producer.iid, FailureReason::kEngineTimeout,
+                             BreakerClass::kTimeout, 504,
+                             "prefill timed out after " + FormatSeconds(Seconds(deadline - started)),
+                             true);
+  };
+  if (options.cancel != nullptr && options.cancel->cancelled()) {
+    out.failure = Cancelled(kPhase, producer.iid);
+    co_return out;
+  }
+  if (started >= deadline) {
+    out.failure = leg_timeout();
+    co_return out;
+  }
+
+  const Executor executor = co_await asio::this_coro::executor;
+  Leg leg(clock_, executor, host, port, options.cancel);
+  const std::string body = BuildPrefillBody(client_body).dump();
+  for (int round = 0;; ++round) {
+    const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
+    leg.timer().Arm(std::min(connect_deadline, deadline),
+                    connect_deadline < deadline ? LegBound::kConnect : deadline_bound);
+    error_code ec = round == 0 ? co_await leg.Connect() : co_await leg.ConnectFresh();
+    if (leg.cancelled()) {
+      out.failure = Cancelled(kPhase, producer.iid);
+      co_return out;
+    }
+    if (leg.timer().fired()) {
+      out.failure = leg.timer().fired_bound() == LegBound::kConnect
+                        ? ConnectTimeout(kPhase, producer, leg.key(), options_.connect_timeout_s)
+                        : leg_timeout();
+      co_return out;
+    }
+    if (ec) {
+      out.failure = TransportFailure(kPhase, producer, ec, false, leg.key());
+      co_return out;
+    }
+    leg.timer().Arm(deadline, deadline_bound);
+
+    auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
+                          options_.api_key, body);
+    co_await http::async_write(leg.io().socket, req, Redirect(ec));
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+    parser.body_limit(options_.max_response_bytes);
+    leg.io().buffer.clear();
+    if (!ec) co_await http::async_read(leg.io().socket, leg.io().buffer, parser, Redirect(ec));
+    if (leg.cancelled()) {
+      out.failure = Cancelled(kPhase, producer.iid);
+      co_return out;
+    }
+    if (leg.timer().fired()) {
+      out.failure = leg_timeout();
+      co_return out;
+    }
+    if (ec == http::error::body_limit) {
+      out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
+                                BreakerClass::kKvHandoff, 502,
+                                "no handoff: prefill response exceeds " +
+                                    std::to_string(options_.max_response_bytes) + " bytes",
+                                false);
+      co_return out;
+    }
+    if (ec == http::error::header_limit) {
+      out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
+                                BreakerClass::kInferenceStatus, 502,
+                                "prefill response headers exceed " +
+                                    std::to_string(options_.max_header_bytes) + " bytes",
+                                false);
+      co_return out;
+    }
+    if (ec && round == 0 && StaleConnection(leg.io(), ec, parser.got_some())) continue;
+    if (ec) {
+      out.failure = parser.is_header_done()
+                        ? MakeFailure(kPhase, producer.iid, FailureReason::kEngineConnection,
+                                      BreakerClass::kTimeout, 502,
+                                      "connection to engine lost while reading the prefill "
+                                      "response: " + Cause(ec),
+                                      true)
+                        : TransportFailure(kPhase, producer, ec, true, leg.key());
+      co_return out;
+    }
+    leg.timer().Stop();
+    const int status = parser.get().result_int();
+    const std::string& response = parser.get().body();
+    if (status < 200 || status > 299) {
+      out.failure = ClassifyEngineStatus(kPhase, producer.iid, status,
+                                         EngineErrorMessage(response), /*in_stream=*/false);
+    } else {
+      std::string why;
+      std::optional<json> descriptor;
+      if (!JsonDepthWithin(response)) {
+        why = "prefill response " + DepthLimitText();
+      } else if (json parsed = ParseJson(response); parsed.is_discarded()) {
+        why = "prefill response is not valid JSON";
+      } else {
+        descriptor = ExtractDescriptor(parsed, &why);
+      }
+      if (!descriptor) {
+        out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
+                                  BreakerClass::kKvHandoff, 502, "no handoff: " + why, false);
+      } else {
+        out.result.emplace(producer.iid, producer.url, api, options.backend_request_id,
+                           options_.connector, std::move(*descriptor));
+      }
+    }
+    if (parser.get().keep_alive() && leg.io().buffer.size() == 0) {
+      leg.Pool(options_.max_idle_connections);
+    }
+    co_return out;
+  }
+}
+
+Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
+                                                  const PrefillResult& handoff,
+                                                  const json& client_body, bool client_streams,
+                                                  LegOptions options, DecodeObserver& observer) {
+  constexpr Phase kPhase = Phase::kDecode;
+  const Api api = handoff.endpoint();
+  DecodeOutcome out;
+
+  // B3: validate before any HTTP request; evidence counts against the producer.
+  if (std::string why = ValidateContinuation(handoff, options_.connector, api); !why.empty()) {
+    EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                                  BreakerClass::kKvHandoff, 502, "invalid continuation: " + why,
+                                  false);
+    f.evidence_iid = handoff.producer_iid();
+    out.failure = std::move(f);
+    co_return out;
+  }
+  std::string host;
+  int port = 0;
+  if (!ParseEngineUrl(consumer.url, &host, &port)) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineUnreachable,
+                              BreakerClass::kConnection, 502,
+                              "engine unreachable: bad engine url " + consumer.url, false);
+    co_return out;
+  }
+  if (options.cancel != nullptr && options.cancel->cancelled()) {
+    out.failure = Cancelled(kPhase, consumer.iid);
+    co_return out;
+  }
+  const MonoTime started = clock_.Now();
+  if (started >= options.request_deadline) {
+    out.failure = DeadlineExpired(kPhase, consumer.iid);
+    co_return out;
+  }
+
+  // B12: the first-token budget starts now, before connect.
+  const MonoTime first_token_deadline =
+      std::min(started + FromSeconds(options_.first_token_timeout_s), options.request_deadline);
+  const LegBound first_token_bound = first_token_deadline == options.request_deadline
+                                         ? LegBound::kRequest
+                                         : LegBound::kFirstToken;
+  const auto read_timeout = FromSeconds(options_.decode_read_timeout_s);
+  const Executor executor = co_await asio::this_coro::executor;
+  Leg leg(clock_, executor, host, port, options.cancel);
+  LegTimer& timer = leg.timer();
+  const bool same_worker = consumer.iid == handoff.producer_iid();
+  const std::string body = BuildDecodeBody(client_body, handoff, same_worker, client_streams).dump();
+
+  SseReader sse;
+  StreamEvent event;
+  bool first_token = false;
+  bool done = false;
+  bool observer_stopped = false;
+  std::optional<EngineFailure> stream_error;
+  int metadata_frames = 0;
+  int status = 0;
+  std::string error_body;
+  error_code ec;
+  auto parser = std::make_shared<http::response_parser<http::buffer_body>>();
+  bool connected = false;
+
+  auto arm_read_timer = [&] {
+    const MonoTime now = clock_.Now();
+    if (options_.decode_read_timeout_s > 0 && now + read_timeout < options.request_deadline) {
+      timer.Arm(now + read_timeout, LegBound::kRead);
+    } else {
+      timer.Arm(options.request_deadline, LegBound::kRequest);
+    }
+  };
+  const SseReader::EventFn on_event = [&](std::string_view data) {
+    ClassifyEvent(data, &event);
+    switch (event.kind) {
+      case EventKind::kDone:
+        done = true;
+        return false;
+      case EventKind::kError:
+        stream_error = ClassifyEngineStatus(kPhase, consumer.iid, event.error_status,
+                                            event.error_message, /*in_stream=*/true);
+        return false;
+      case EventKind::kToken:
+        if (!first_token) {
+          first_token = true;
+          arm_read_timer();  // B13 from the first token on
+        }
+        break;
+      case EventKind::kMetadata:
+      case EventKind::kMalformed:
+        if (!first_token) ++metadata_frames;
+        break;
+    }
+    if (!observer.OnEvent(data, event)) {
+      observer_stopped = true;
+      return false;
+    }
+    return true;
+  };
+
+  for (int round = 0;; ++round) {
+    const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
+    timer.Arm(std::min(connect_deadline, first_token_deadline),
+              connect_deadline < first_token_deadline ? LegBound::kConnect : first_token_bound);
+    ec = round == 0 ? co_await leg.Connect() : co_await leg.ConnectFresh();
+    if (ec || leg.cancelled() || timer.fired()) break;
+    connected = true;
+    timer.Arm(first_token_deadline, first_token_bound);
+    auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
+                          options_.api_key, body);
+    co_await http::async_write(leg.io().socket, req, Redirect(ec));
+    parser = std::make_shared<http::response_parser<http::buffer_body>>();
+    parser->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+    parser->body_limit(boost::none);  // a stream; SseReader bounds each event
+    leg.io().buffer.clear();
+    if (!ec) co_await http::async_read_header(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));
+    if (ec && round == 0 && !leg.cancelled() && !timer.fired() &&
+        StaleConnection(leg.io(), ec, parser->got_some())) {
+      connected = false;
+      continue;
+    }
+    break;
+  }
+
+  if (!ec && !leg.cancelled() && !timer.fired()) {
+    status = parser->get().result_int();
+    char chunk[16 * 1024];
+    while (!ec) {
+      parser->get().body().data = chunk;
+      parser->get().body().size = sizeof(chunk);
+      co_await http::async_read_some(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));
+      if (ec == http::error::need_buffer) ec = {};
+      const size_t n = sizeof(chunk) - parser->get().body().size;
+      if (status != 200) {
+        if (error_body.size() < kMaxErrorBodyBytes) {
+          error_body.append(chunk, std::min(n, kMaxErrorBodyBytes - error_body.size()));
+        }
+        if (parser->is_done() || error_body.size() >= kMaxErrorBodyBytes) break;
+        continue;
+      }
+      if (n > 0) {
+        // B13: every transport chunk after the first token re-arms the read timer.
+        if (first_token) arm_read_timer();
+        if (!sse.Feed(std::string_view(chunk, n), on_event)) break;
+      }
+      if (ec || parser->is_done()) break;
+      // Everything received so far is parsed: hand it to the client in one
+      // write. A slow client is not engine silence (B13).
+      if (leg.io().buffer.size() == 0) {
+        if (first_token) timer.Pause();
+        const bool keep_going = co_await observer.Flush();
+        if (!keep_going) {
+          observer_stopped = true;
+          break;
+        }
+        if (first_token) {
+          arm_read_timer();
+        } else {
+          timer.Arm(first_token_deadline, first_token_bound);
+        }
+      }
+    }
+  }
+  const bool timed_out = timer.fired();
+  const LegBound fired = timer.fired_bound();
+  timer.Stop();
+  // What the last read carried reaches the client before the leg's end (its
+  // [DONE] or its failure).
+  if (!observer_stopped && !leg.cancelled() && !co_await observer.Flush()) {
+    observer_stopped = true;
+  }
+
+  if (done && first_token && !observer_stopped) {
+    // Generated output, then [DONE]: the connection finishes its body in the
+    // background and goes back to the pool.
+    if (parser->is_done()) {
+      if (parser->get().keep_alive() && leg.io().buffer.size() == 0) {
+        leg.Pool(options_.max_idle_connections);
+      }
+    } else if (!leg.cancelled()) {
+      asio::co_spawn(executor,
+                     DrainAndPool(leg.shared_io(), parser, clock_, leg.key(),
+                                  options_.max_idle_connections),
+                     asio::detached);
+    }
+    co_return out;
+  }
+  leg.io().Close();  // an abnormal end never returns its connection
+  if (leg.cancelled() || observer_stopped) {
+    out.failure = Cancelled(kPhase, consumer.iid);
+  } else if (done) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
+                              BreakerClass::kStream, 502,
+                              "stream ended with [DONE] before any token arrived", true);
+  } else if (stream_error) {
+    out.failure = std::move(stream_error);
+  } else if (timed_out) {
+    if (fired == LegBound::kConnect) {
+      out.failure = ConnectTimeout(kPhase, consumer, leg.key(), options_.connect_timeout_s);
+    } else if (fired == LegBound::kRequest) {
+      out.failure = DeadlineExpired(kPhase, consumer.iid);
+    } else if (fired == LegBound::kFirstToken) {
+      const std::string what =
+          metadata_frames == 0
+              ? "no frames at all"
+              : std::to_string(metadata_frames) + " metadata frame(s) but no token";
+      // A silent engine is stream evidence; one that keeps emitting metadata
+      // is busy rather than broken (overload).
+      out.failure = MakeFailure(
+          kPhase, consumer.iid, FailureReason::kEngineTimeout,
+          metadata_frames == 0 ? BreakerClass::kStream : BreakerClass::kOverload, 504,
+          "no first token within " + FormatSeconds(options_.first_token_timeout_s) + ": " + what,
+          true);
+    } else {
+      out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineTimeout,
+                                BreakerClass::kStream, 504,
+                                "engine went silent between tokens: nothing arrived within the " +
+                                    FormatSeconds(options_.decode_read_timeout_s) +
+                                    " read timeout",
+                                true);
+    }
+  } else if (status == 0) {
+    out.failure = ec == http::error::header_limit
+                      ? MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                                    BreakerClass::kInferenceStatus, 502,
+                                    "decode response headers exceed " +
+                                        std::to_string(options_.max_header_bytes) + " bytes",
+                                    false)
+                      : TransportFailure(kPhase, consumer, ec, connected, leg.key());
+  } else if (status != 200) {
+    out.failure = ClassifyEngineStatus(kPhase, consumer.iid, status,
+                                       EngineErrorMessage(error_body), /*in_stream=*/false);
+  } else if (!sse.error().empty()) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
+                              BreakerClass::kStream, 502, "malformed stream: " + sse.error(),
+                              true);
+  } else {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
+                              BreakerClass::kStream, 502,
+                              "stream ended before the [DONE] terminator", true);
+  }
+  co_return out;
+}
+
+Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::string method,
+                                                     std::string path, std::string body,
+                                                     double timeout_s) {
+  ControlResponse out;
+  std::string host;
+  int port = 0;
+  if (!ParseEngineUrl(engine.url, &host, &port)) {
+    out.error = "bad engine url " + engine.url;
+    co_return out;
+  }
+  const Executor executor = co_await asio::this_coro::executor;
+  Leg leg(clock_, executor, host, port, nullptr);
+  const MonoTime deadline = clock_.Now() + FromSeconds(timeout_s);
+  const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
+  leg.timer().Arm(std::min(deadline, connect_deadline), LegBound::kLeg);
+  // Control requests use fresh connections: they are rare, and a probe must
+  // see the engine as a new client would.
+  error_code ec = co_await leg.ConnectFresh();
+  http::response_parser<http::string_body> parser;
+  if (!ec && !leg.timer().fired()) {
+    leg.timer().Arm(deadline, LegBound::kLeg);
+    const http::verb verb = method == "POST" ? http::verb::post : http::verb::get;
+    auto req = LegRequest(verb, path, leg.key(), "", options_.api_key, std::move(body));
+    req.keep_alive(false);
+    co_await http::async_write(leg.io().socket, req, Redirect(ec));
+    parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+    parser.body_limit(options_.max_response_bytes);
+    if (!ec) co_await http::async_read(leg.io().socket, leg.io().buffer, parser, Redirect(ec));
+  }
+  const bool timed_out = leg.timer().fired();
+  leg.timer().Stop();
+  leg.io().Close();
+  if (timed_out) {
+    out.error = "no answer from " + leg.key() + " within " + FormatSeconds(timeout_s);
+  } else if (ec == http::error::body_limit) {
+    out.error = "response exceeds " + std::to_string(options_.max_response_bytes) + " bytes";
+  } else if (ec) {
+    out.error = (parser.is_header_done() ? "connection lost while reading the response from "
+                                         : "no response from ") +
+                leg.key() + ": " + Cause(ec);
+  } else {
+    out.status = parser.get().result_int();
+    out.body = std::move(parser.get().body());
+  }
+  co_return out;
+}
+
+}  // namespace narwhal::engines

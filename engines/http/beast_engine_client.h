@@ -1,0 +1,55 @@
+// BeastEngineClient: the engine port over HTTP/1.1 + SSE to vLLM (or
+// narwhal-sim), on the event loops (Boost.Beast).
+//
+// Each leg runs on the loop of the coroutine that awaits it: it takes a
+// keep-alive connection from that loop's pool (or opens one), writes the
+// request, and reads the response with Beast's parser. A decode leg reads the
+// SSE body one socket read at a time; every read's events are classified once
+// and handed to the observer, which writes them to the client in one write
+// (DecodeObserver::Flush) before the next read — no thread handoff, no lock.
+// One LegTimer bounds the leg: the first-token budget armed before connect
+// (B12), the read timeout re-armed on every transport chunk after the first
+// token and paused while the client back-pressures the stream (B13), the
+// prefill bound and the request deadline; its expiry closes the socket and is
+// classified by cause. A cancelled CancelToken (B19) closes the socket within
+// one loop turn. Every failure is classified once into an EngineFailure.
+// A leg that ended abnormally closes its connection instead of pooling it.
+//
+// Thread-safe: any number of legs on any loops.
+#ifndef NARWHAL_ENGINES_HTTP_BEAST_ENGINE_CLIENT_H_
+#define NARWHAL_ENGINES_HTTP_BEAST_ENGINE_CLIENT_H_
+
+#include <string>
+
+#include "engines/clock.h"
+#include "engines/engine_client.h"
+#include "engines/http/http_options.h"
+
+namespace narwhal::engines {
+
+class BeastEngineClient : public AsyncEngineClient {
+ public:
+  // `clock` must outlive the client.
+  BeastEngineClient(HttpEngineClientOptions options, const Clock& clock);
+
+  Awaitable<PrefillOutcome> Prefill(EngineTarget producer, Api api,
+                                    const nlohmann::json& client_body,
+                                    LegOptions options) override;
+
+  Awaitable<DecodeOutcome> Decode(EngineTarget consumer, const PrefillResult& handoff,
+                                  const nlohmann::json& client_body, bool client_streams,
+                                  LegOptions options, DecodeObserver& observer) override;
+
+  Awaitable<ControlResponse> Control(EngineTarget engine, std::string method, std::string path,
+                                     std::string body, double timeout_s) override;
+
+  const HttpEngineClientOptions& options() const { return options_; }
+
+ private:
+  HttpEngineClientOptions options_;
+  const Clock& clock_;
+};
+
+}  // namespace narwhal::engines
+
+#endif  // NARWHAL_ENGINES_HTTP_BEAST_ENGINE_CLIENT_H_

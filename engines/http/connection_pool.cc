@@ -1,0 +1,58 @@
+#include "engines/http/connection_pool.h"
+
+#include <sys/socket.h>
+
+namespace narwhal::engines {
+namespace {
+
+// True when an idle connection is still usable: nothing to read (no EOF from
+// the engine, no stray bytes) and no error on it.
+bool LooksOpen(ConnectionPool::Socket& socket) {
+  if (!socket.is_open()) return false;
+  char byte;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+std::optional<ConnectionPool::Socket> ConnectionPool::Take(const std::string& key, MonoTime now) {
+  auto it = idle_.find(key);
+  if (it == idle_.end()) return std::nullopt;
+  std::deque<Idle>& list = it->second;
+  // Most recently returned first: the warmest connection.
+  while (!list.empty()) {
+    Idle idle = std::move(list.back());
+    list.pop_back();
+    if (now - idle.since <= kMaxIdle && LooksOpen(idle.socket)) return std::move(idle.socket);
+    boost::system::error_code ignored;
+    idle.socket.close(ignored);
+  }
+  return std::nullopt;
+}
+
+void ConnectionPool::Put(const std::string& key, Socket socket, MonoTime now, size_t max_idle) {
+  std::deque<Idle>& list = idle_[key];
+  // Drop the stale ones first (oldest at the front).
+  while (!list.empty() && now - list.front().since > kMaxIdle) list.pop_front();
+  if (list.size() >= max_idle) return;  // `socket` closes as it goes out of scope
+  list.push_back(Idle{std::move(socket), now});
+}
+
+const std::vector<boost::asio::ip::tcp::endpoint>* ConnectionPool::Endpoints(
+    const std::string& key) const {
+  auto it = endpoints_.find(key);
+  return it == endpoints_.end() ? nullptr : &it->second;
+}
+
+void ConnectionPool::SetEndpoints(const std::string& key,
+                                  std::vector<boost::asio::ip::tcp::endpoint> eps) {
+  endpoints_[key] = std::move(eps);
+}
+
+size_t ConnectionPool::idle(const std::string& key) const {
+  auto it = idle_.find(key);
+  return it == idle_.end() ? 0 : it->second.size();
+}
+
+}  // namespace narwhal::engines

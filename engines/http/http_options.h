@@ -1,0 +1,26 @@
+// Options of the HTTP engine adapter (engines/http/beast_engine_client.h).
+#ifndef NARWHAL_ENGINES_HTTP_HTTP_OPTIONS_H_
+#define NARWHAL_ENGINES_HTTP_HTTP_OPTIONS_H_
+
+#include <cstddef>
+#include <string>
+
+namespace narwhal::engines {
+
+struct HttpEngineClientOptions {
+  double first_token_timeout_s = 2.5;  // B12
+  double decode_read_timeout_s = 10;   // B13; 0 = request deadline bounds the stream
+  double connect_timeout_s = 10;
+  std::string connector = "NixlConnector";
+  std::string api_key;  // Bearer token sent to engines; empty = none
+  // Largest non-streaming engine response body read (prefill responses).
+  size_t max_response_bytes = 16 * 1024 * 1024;
+  // Largest response header block accepted from an engine.
+  size_t max_header_bytes = 64 * 1024;
+  // Idle keep-alive connections kept per engine on each event loop.
+  size_t max_idle_connections = 256;
+};
+
+}  // namespace narwhal::engines
+
+#endif  // NARWHAL_ENGINES_HTTP_HTTP_OPTIONS_H_
