@@ -10,14 +10,18 @@
 //                `token_ids`;
 //   kMetadata  - any other JSON object (role-only delta, empty text, usage-only
 //                chunk with `choices: []`);
-//   kMalformed - not JSON (relayed as-is after the first token, counts no
-//                tokens, never stops the first-token clock).
+//   kMalformed - not JSON, or JSON nesting deeper than kMaxJsonDepth
+//                (engines/json_limits.h) (relayed as-is after the first token,
+//                counts no tokens, never stops the first-token clock). A
+//                kMalformed event carries no other field.
 //
-// The classifier uses a SAX pass (no DOM) and reuses the caller's StreamEvent
-// buffers: this runs for every relayed chunk.
+// The classifier scans the payload once with simdjson On-Demand (no DOM),
+// validating all of it but copying out only what is listed in StreamEvent, and
+// reuses the caller's StreamEvent buffers: this runs for every relayed chunk.
 #ifndef NARWHAL_ENGINES_STREAM_EVENT_H_
 #define NARWHAL_ENGINES_STREAM_EVENT_H_
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -46,7 +50,33 @@ struct StreamEvent {
   void Clear();
 };
 
-// Classifies `data` (one SSE event's payload) into `*event` (cleared first).
+// A reusable classifier: one per stream (or leg), used for each of its events.
+// It owns a simdjson On-Demand parser and a padded copy of the payload (simdjson
+// reads up to 64 bytes past the input), both sized to the largest payload seen
+// and kept, so steady-state classification does not allocate. Buffers grown
+// past 64 KiB by an unusually large payload are released after it.
+//
+// Not thread-safe: use one classifier per thread at a time.
+class StreamClassifier {
+ public:
+  StreamClassifier();
+  ~StreamClassifier();
+  StreamClassifier(StreamClassifier&&) noexcept;
+  StreamClassifier& operator=(StreamClassifier&&) noexcept;
+  StreamClassifier(const StreamClassifier&) = delete;
+  StreamClassifier& operator=(const StreamClassifier&) = delete;
+
+  // Classifies `data` (one SSE event's payload) into `*event` (cleared first).
+  // Never throws; any input, however hostile, yields one of the kinds above.
+  void Classify(std::string_view data, StreamEvent* event);
+
+ private:
+  struct Parser;
+  std::unique_ptr<Parser> parser_;
+};
+
+// Classifies `data` into `*event` with a classifier owned by the calling
+// thread. Thread-safe; a stream that owns a StreamClassifier should use it.
 void ClassifyEvent(std::string_view data, StreamEvent* event);
 
 }  // namespace narwhal::engines
