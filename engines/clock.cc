@@ -2,7 +2,9 @@
 
 #include <chrono>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 namespace narwhal::engines {
 namespace {
@@ -25,6 +27,22 @@ class RealTimer : public Timer {
 };
 
 }  // namespace
+
+boost::asio::awaitable<bool> Clock::Sleep(const Executor& executor, MonoClock::duration d,
+                                          CancelToken* cancel) const {
+  if (cancel != nullptr && cancel->cancelled()) co_return false;
+  std::shared_ptr<Timer> timer = NewTimer(executor);
+  std::weak_ptr<Timer> weak = timer;
+  // The token may fire on any thread: the timer is cancelled on its loop.
+  CancelToken::Registration hook(cancel, [weak, executor] {
+    boost::asio::post(executor, [weak] {
+      if (std::shared_ptr<Timer> t = weak.lock()) t->Cancel();
+    });
+  });
+  const bool fired =
+      co_await AsyncWaitUntil(*timer, Now() + d, boost::asio::use_awaitable);
+  co_return fired && (cancel == nullptr || !cancel->cancelled());
+}
 
 double RealClock::WallNow() const {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())

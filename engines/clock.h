@@ -13,8 +13,10 @@
 #include <absl/functional/any_invocable.h>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
 
 #include "engines/api.h"
+#include "engines/cancel_token.h"
 
 namespace narwhal::engines {
 
@@ -40,6 +42,10 @@ class Clock {
   virtual double WallNow() const = 0;
   // A timer whose completions run on `executor`.
   virtual std::unique_ptr<Timer> NewTimer(const Executor& executor) const = 0;
+  // Waits `d` on `executor` (retry backoff). True when the time passed; false
+  // as soon as `cancel` (may be null) fires.
+  virtual boost::asio::awaitable<bool> Sleep(const Executor& executor, MonoClock::duration d,
+                                             CancelToken* cancel) const;
 };
 
 class RealClock : public Clock {

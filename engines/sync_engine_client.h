@@ -1,5 +1,6 @@
-// SyncEngineClient: blocking calls into an EngineClient, for threads that may
-// block (breaker probes, preflight, narwhal-check, tools, tests).
+// SyncEngineClient: the blocking engine port (EngineClient) over the
+// event-loop adapter (AsyncEngineClient), for threads that may block: breaker
+// probes, preflight, narwhal-check, tools, tests.
 //
 // Each call runs the leg as a coroutine on `executor` (an event loop this
 // thread does not run) and waits for it. A DecodeObserver passed to Decode()
@@ -35,27 +36,28 @@ T RunBlocking(const Executor& executor, Make make) {
   return future.get();
 }
 
-class SyncEngineClient {
+class SyncEngineClient : public EngineClient {
  public:
   SyncEngineClient(AsyncEngineClient& client, Executor executor)
       : client_(client), executor_(std::move(executor)) {}
 
   PrefillOutcome Prefill(const EngineTarget& producer, Api api, const nlohmann::json& body,
-                         const LegOptions& options) {
+                         const LegOptions& options) override {
     return RunBlocking<PrefillOutcome>(
         executor_, [&] { return client_.Prefill(producer, api, body, options); });
   }
 
   DecodeOutcome Decode(const EngineTarget& consumer, const PrefillResult& handoff,
                        const nlohmann::json& body, bool client_streams, const LegOptions& options,
-                       DecodeObserver& observer) {
+                       DecodeObserver& observer) override {
     return RunBlocking<DecodeOutcome>(executor_, [&] {
       return client_.Decode(consumer, handoff, body, client_streams, options, observer);
     });
   }
 
   ControlResponse Control(const EngineTarget& engine, std::string_view method,
-                          std::string_view path, const std::string& body, double timeout_s) {
+                          std::string_view path, const std::string& body,
+                          double timeout_s) override {
     return RunBlocking<ControlResponse>(executor_, [&] {
       return client_.Control(engine, std::string(method), std::string(path), body, timeout_s);
     });

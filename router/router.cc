@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include "router/assembler.h"
 
@@ -24,23 +29,19 @@ json OptionalSeconds(const std::optional<double>& s) {
 
 // Receives one decode attempt's events: holds them until the first token and
 // then relays them in order (streaming clients), or assembles them
-// (non-streaming clients).
+// (non-streaming clients). Each engine read's events reach the client in one
+// write (Flush).
 class AttemptRelay : public engines::DecodeObserver {
  public:
-  AttemptRelay(const Request& request, ResponseChannel& channel, const Clock& clock,
-               Metrics* metrics)
-      : request_(request),
-        channel_(channel),
-        clock_(clock),
-        metrics_(metrics),
-        assembler_(request.api) {}
+  AttemptRelay(const Request& request, ResponseSink& sink, const Clock& clock, Metrics* metrics)
+      : request_(request), sink_(sink), clock_(clock), metrics_(metrics), assembler_(request.api) {}
 
   bool OnEvent(std::string_view data, const engines::StreamEvent& ev) override {
     if (ev.kind == engines::EventKind::kToken) {
       tokens_ += ev.tokens;
+      pending_tokens_ += ev.tokens;
       last_token_ = clock_.Now();
       if (!first_token_) first_token_ = last_token_;
-      if (metrics_ != nullptr) metrics_->decode_tokens_total.Increment(ev.tokens);
     }
     if (ev.completion_tokens >= 0) completion_tokens_ = ev.completion_tokens;
     if (ev.prompt_tokens >= 0) prompt_tokens_ = ev.prompt_tokens;
@@ -54,19 +55,29 @@ class AttemptRelay : public engines::DecodeObserver {
       return true;
     }
     if (!first_token_) {
-      if (held_.size() < kMaxHeldEvents) {
-        held_.push_back(Chunk{std::string(data), ev.tokens, ev.text, ev.finish_reason});
-      }
+      if (held_.size() < kMaxHeldEvents) held_.push_back(Held{std::string(data), ev});
       return true;
     }
     if (!committed_) {
       committed_ = true;  // the first token: output becomes visible now
-      for (const Chunk& h : held_) {
-        if (!Push(h.data, h.tokens, h.text, h.finish_reason)) return false;
-      }
+      for (const Held& h : held_) sink_.Event(h.data, h.event);
       held_.clear();
     }
-    return Push(data, ev.tokens, ev.text, ev.finish_reason);
+    sink_.Event(data, ev);
+    return true;
+  }
+
+  engines::Awaitable<bool> Flush() override {
+    if (metrics_ != nullptr && pending_tokens_ > 0) {
+      metrics_->decode_tokens_total.Increment(static_cast<double>(pending_tokens_));
+    }
+    pending_tokens_ = 0;
+    if (!committed_) co_return true;  // nothing visible yet
+    const bool taken = co_await sink_.Flush(request_.deadline);
+    if (taken) co_return true;
+    // Blocked until the request deadline by a client that stopped reading.
+    if (!sink_.cancelled()) client_too_slow_ = true;
+    co_return false;
   }
 
   bool output_started() const { return committed_; }
@@ -82,23 +93,21 @@ class AttemptRelay : public engines::DecodeObserver {
   const std::string& finish_reason() const { return finish_reason_; }
 
  private:
-  bool Push(std::string_view data, int tokens, std::string_view text,
-            std::string_view finish_reason) {
-    if (channel_.Push(data, tokens, text, finish_reason, request_.deadline)) return true;
-    // Blocked until the request deadline by a client that stopped reading.
-    if (!channel_.cancelled()) client_too_slow_ = true;
-    return false;
-  }
+  struct Held {
+    std::string data;
+    engines::StreamEvent event;
+  };
 
   const Request& request_;
-  ResponseChannel& channel_;
+  ResponseSink& sink_;
   const Clock& clock_;
   Metrics* metrics_;
   Assembler assembler_;
-  std::vector<Chunk> held_;
+  std::vector<Held> held_;
   std::optional<MonoTime> first_token_;
   MonoTime last_token_{};
   long long tokens_ = 0;
+  long long pending_tokens_ = 0;
   long long completion_tokens_ = -1;
   long long prompt_tokens_ = -1;
   std::string finish_reason_;
@@ -167,25 +176,40 @@ Outcome Refusal(Terminal terminal, std::string reason, int status, ErrorType typ
 
 }  // namespace
 
-// One client request's life on a worker thread.
+// One client request's life, on one event loop.
 class Router::Run {
  public:
-  Run(Router& router, Request request, std::shared_ptr<ResponseChannel> channel)
-      : r_(router), request_(std::move(request)), channel_(std::move(channel)) {}
+  Run(Router& router, Request request, std::shared_ptr<ResponseSink> sink)
+      : r_(router), request_(std::move(request)), sink_(std::move(sink)) {}
 
-  void Execute() {
+  engines::Awaitable<void> Execute() {
+    const engines::Executor executor = co_await boost::asio::this_coro::executor;
     for (int attempt = 1;; ++attempt) {
       attempts_ = attempt;
       if (attempt > 1) {
         if (r_.metrics_ != nullptr) r_.metrics_->retry_attempts_total.Increment();
-        if (!r_.clock_.SleepFor(engines::FromSeconds(next_backoff_s_),
-                                &channel_->cancel_token())) {
+        const bool slept = co_await r_.clock_.Sleep(
+            executor, engines::FromSeconds(next_backoff_s_), &sink_->cancel_token());
+        if (!slept) {
           RefundCredit();
-          return Finish(OutcomeFromFailure(Cancelled(Phase::kPrefill), false));
+          Finish(OutcomeFromFailure(Cancelled(Phase::kPrefill), false));
+          co_return;
         }
       }
-      if (!RunAttempt(attempt)) return;
+      const bool retry = co_await RunAttempt(attempt);
+      if (!retry) co_return;
     }
+  }
+
+  // Ends a request whose coroutine failed unexpectedly (a router bug).
+  void FinishInternal(const std::string& what) {
+    Outcome o;
+    o.terminal = Terminal::kFailed;
+    o.reason = "internal";
+    o.status = 500;
+    o.error_type = ErrorType::kInternal;
+    o.message = "internal error: " + what;
+    Finish(std::move(o));
   }
 
  private:
@@ -194,12 +218,12 @@ class Router::Run {
   }
 
   // One prefill + decode attempt. Returns true when a retry should follow.
-  bool RunAttempt(int attempt) {
+  engines::Awaitable<bool> RunAttempt(int attempt) {
     const Settings& s = r_.settings_;
-    if (channel_->cancelled()) {
+    if (sink_->cancelled()) {
       RefundCredit();
       Finish(OutcomeFromFailure(Cancelled(Phase::kPrefill), false));
-      return false;
+      co_return false;
     }
     if (r_.clock_.Now() >= request_.deadline) {
       RefundCredit();
@@ -207,7 +231,7 @@ class Router::Run {
           RouterFailure(Phase::kPrefill, "", FailureReason::kDeadline, 504,
                         "request deadline passed before the prefill leg", false),
           false));
-      return false;
+      co_return false;
     }
 
     // --- prefill (B1, B2) ---
@@ -215,7 +239,7 @@ class Router::Run {
     if (!producer) {
       RefundCredit();
       FinishNoEngine(Phase::kPrefill);
-      return false;
+      co_return false;
     }
     credit_held_ = false;  // the retry's credit is spent once its prefill dispatches
     const engines::EngineTarget producer_target = producer->target();
@@ -226,11 +250,11 @@ class Router::Run {
     prefill_options.request_deadline = request_.deadline;
     const MonoTime handoff_start = r_.clock_.Now();  // B7: handoff age starts here
     prefill_options.leg_deadline = handoff_start + engines::FromSeconds(s.serving.prefill_timeout_s);
-    prefill_options.cancel = &channel_->cancel_token();
-    engines::PrefillOutcome prefill =
-        r_.engines_.Prefill(producer_target, request_.api, request_.body, prefill_options);
+    prefill_options.cancel = &sink_->cancel_token();
+    engines::PrefillOutcome prefill = co_await r_.engines_.Prefill(
+        producer_target, request_.api, request_.body, prefill_options);
     producer->Release();
-    if (!prefill.ok()) return OnFailure(attempt, *prefill.failure, /*output_started=*/false);
+    if (!prefill.ok()) co_return OnFailure(attempt, *prefill.failure, /*output_started=*/false);
 
     const MonoTime prefill_done = r_.clock_.Now();
     ttft_s_ = engines::Seconds(prefill_done - request_.arrived);  // B9
@@ -244,7 +268,7 @@ class Router::Run {
         r_.fleet_.PickAndReserve(Phase::kDecode, excluded_, producer_target.iid);
     if (!consumer) {
       FinishNoEngine(Phase::kDecode);
-      return false;
+      co_return false;
     }
     const engines::EngineTarget consumer_target = consumer->target();
     decode_iid_ = consumer_target.iid;
@@ -258,22 +282,22 @@ class Router::Run {
       }
       // The handoff aged on its producer: a retry avoids the producer, not
       // the idle consumer.
-      return OnFailure(attempt,
-                       RouterFailure(Phase::kDecode, producer_target.iid,
-                                     FailureReason::kHandoffExpired, 504,
-                                     "KV handoff expired before decode dispatch", true),
-                       false);
+      co_return OnFailure(attempt,
+                          RouterFailure(Phase::kDecode, producer_target.iid,
+                                        FailureReason::kHandoffExpired, 504,
+                                        "KV handoff expired before decode dispatch", true),
+                          false);
     }
 
     // --- decode (B3, B4) ---
     engines::LegOptions decode_options;
     decode_options.backend_request_id = BackendId(attempt, 'd');  // B8
     decode_options.request_deadline = request_.deadline;
-    decode_options.cancel = &channel_->cancel_token();
-    AttemptRelay relay(request_, *channel_, r_.clock_, r_.metrics_);
+    decode_options.cancel = &sink_->cancel_token();
+    AttemptRelay relay(request_, *sink_, r_.clock_, r_.metrics_);
     engines::DecodeOutcome decode =
-        r_.engines_.Decode(consumer_target, *prefill.result, request_.body, request_.stream,
-                           decode_options, relay);
+        co_await r_.engines_.Decode(consumer_target, *prefill.result, request_.body,
+                                    request_.stream, decode_options, relay);
     consumer->Release();
     if (relay.first_token()) {
       first_byte_s_ = engines::Seconds(*relay.first_token() - request_.arrived);  // B9
@@ -289,9 +313,11 @@ class Router::Run {
       r_.fleet_.RecordSuccess(consumer_target.iid, Success::kDecodeDone);
       // "completed" means the client took the whole stream, not only that
       // the engine finished it.
-      if (request_.stream && !channel_->WaitDrained(request_.deadline)) {
+      bool drained = true;
+      if (request_.stream) drained = co_await sink_->Drain(request_.deadline);
+      if (!drained) {
         Outcome o = OutcomeFromFailure(
-            channel_->cancelled()
+            sink_->cancelled()
                 ? Cancelled(Phase::kDecode)
                 : RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline,
                                 504, "request deadline passed while the client was not reading",
@@ -299,7 +325,7 @@ class Router::Run {
             /*output_started=*/true);
         o.finish_reason = relay.finish_reason();
         Finish(std::move(o));
-        return false;
+        co_return false;
       }
       Outcome o;
       o.terminal = Terminal::kCompleted;
@@ -308,7 +334,7 @@ class Router::Run {
       o.finish_reason = relay.finish_reason();
       if (!request_.stream) o.body = relay.assembler().Build();
       Finish(std::move(o));
-      return false;
+      co_return false;
     }
     EngineFailure failure = std::move(*decode.failure);
     if (failure.reason == FailureReason::kInvalidResponse &&
@@ -324,7 +350,7 @@ class Router::Run {
       failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline, 504,
                               "request deadline passed while the client was not reading", false);
     }
-    return OnFailure(attempt, std::move(failure), relay.output_started());
+    co_return OnFailure(attempt, std::move(failure), relay.output_started());
   }
 
   // Records a failed leg and decides whether to retry (B14).
@@ -402,6 +428,8 @@ class Router::Run {
   }
 
   void Finish(Outcome o) {
+    if (finished_) return;  // exactly once
+    finished_ = true;
     o.ttft_s = ttft_s_;
     o.first_byte_s = first_byte_s_;
     o.output_tokens = output_tokens_;
@@ -426,12 +454,12 @@ class Router::Run {
                  {"attempts", attempts_},
                  {"attempt_failures", std::move(failures)},
                  {"tpot_s", OptionalSeconds(tpot_s_)}};
-    r_.Finish(request_, *channel_, std::move(o), info);
+    r_.Finish(request_, *sink_, std::move(o), info);
   }
 
   Router& r_;
   const Request request_;
-  std::shared_ptr<ResponseChannel> channel_;
+  std::shared_ptr<ResponseSink> sink_;
   std::vector<std::string> excluded_;
   std::vector<AttemptFailure> failures_;
   std::string prefill_iid_;
@@ -444,9 +472,10 @@ class Router::Run {
   std::optional<double> tpot_s_;
   long long output_tokens_ = 0;
   long long prompt_tokens_ = -1;
+  bool finished_ = false;
 };
 
-Router::Router(const Settings& settings, engines::EngineClient& engines, Fleet& fleet,
+Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fleet& fleet,
                const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed)
     : settings_(settings),
       engines_(engines),
@@ -455,8 +484,7 @@ Router::Router(const Settings& settings, engines::EngineClient& engines, Fleet& 
       metrics_(metrics),
       journal_(journal),
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
-      rng_(seed),
-      pool_(static_cast<size_t>(settings.serving.max_inflight)) {
+      rng_(seed) {
   if (metrics_ != nullptr) metrics_->retry_credits.Set(retry_budget_.credits());
 }
 
@@ -490,8 +518,7 @@ double Router::Backoff(int failed_attempt) {
   return std::uniform_real_distribution<double>(0.0, std::max(0.0, ceiling))(rng_);
 }
 
-std::shared_ptr<ResponseChannel> Router::Submit(Request request) {
-  auto channel = std::make_shared<ResponseChannel>();
+engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<ResponseSink> sink) {
   std::optional<Outcome> refusal;
   if (!accepting_.load()) {
     refusal = Refusal(Terminal::kRejected, "shutting_down", 503, ErrorType::kBackendUnavailable,
@@ -504,18 +531,30 @@ std::shared_ptr<ResponseChannel> Router::Submit(Request request) {
   }
   if (refusal) {
     RecordRefused(request, *refusal);
-    channel->Finish(std::move(*refusal));
-    return channel;
+    sink->Finish(std::move(*refusal));
+    co_return;
   }
   if (metrics_ != nullptr) metrics_->inflight.Increment();
   {
     std::lock_guard<std::mutex> lock(live_mu_);
-    live_.push_back(channel);
+    live_.push_back(sink);
   }
-  pool_.Run([this, request = std::move(request), channel]() mutable {
-    Run(*this, std::move(request), channel).Execute();
-  });
-  return channel;
+  Run run(*this, std::move(request), sink);
+  std::string failed;
+  try {
+    co_await run.Execute();
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  // A router bug must still end its request exactly once (500) and free its
+  // slot; Finish() is a no-op for a request that already ended.
+  if (!failed.empty()) run.FinishInternal(failed);
+}
+
+void Router::Submit(Request request, std::shared_ptr<ResponseSink> sink,
+                    const engines::Executor& executor) {
+  boost::asio::co_spawn(executor, Serve(std::move(request), std::move(sink)),
+                        boost::asio::detached);
 }
 
 void Router::RecordRefused(const Request& request, const Outcome& outcome) {
@@ -532,7 +571,7 @@ void Router::CountRequest(const Request& request, const Outcome& outcome) {
       .Increment();
 }
 
-void Router::Finish(const Request& request, ResponseChannel& channel, Outcome outcome,
+void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
                     const json& attempt_info) {
   if (outcome.ok()) retry_budget_.OnSuccess();
   CountRequest(request, outcome);
@@ -552,12 +591,12 @@ void Router::Finish(const Request& request, ResponseChannel& channel, Outcome ou
   // see the end of its response.
   WriteJournal(request, outcome, attempt_info);
   inflight_.fetch_sub(1);
-  channel.Finish(std::move(outcome));
+  sink.Finish(std::move(outcome));
   {
     // Drain waits for this: every admitted request's outcome delivered.
     std::lock_guard<std::mutex> lock(live_mu_);
     auto it = std::find_if(live_.begin(), live_.end(),
-                           [&](const std::shared_ptr<ResponseChannel>& c) { return c.get() == &channel; });
+                           [&](const std::shared_ptr<ResponseSink>& c) { return c.get() == &sink; });
     if (it != live_.end()) live_.erase(it);
   }
   live_cv_.notify_all();
@@ -601,9 +640,9 @@ void Router::Drain(engines::MonoClock::duration grace) {
   accepting_.store(false);
   std::unique_lock<std::mutex> lock(live_mu_);
   live_cv_.wait_for(lock, grace, [&] { return live_.empty(); });
-  std::vector<std::shared_ptr<ResponseChannel>> rest = live_;
+  std::vector<std::shared_ptr<ResponseSink>> rest = live_;
   lock.unlock();
-  for (auto& channel : rest) channel->Cancel();
+  for (auto& sink : rest) sink->cancel_token().Cancel();
   lock.lock();
   // Cancelled legs unwind within moments; the bound only guards against bugs.
   live_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return live_.empty(); });

@@ -1,16 +1,20 @@
 // Router: the core that owns every client request from admission to its last
 // byte (B7).
 //
-// Submit() admits a request (serving.max_inflight, else 429 at once) and runs
-// it on a router-owned worker: placement of the prefill and decode legs, the
+// Serve() admits a request (serving.max_inflight, else 429 at once) and runs
+// it to its end as a coroutine on the calling event loop: placement of the
+// prefill and decode legs, the
 // attempt loop with fresh backend ids (B8) and retries (B14), handoff-age
 // enforcement (B7), breaker evidence and quarantine (B15, B17), failure to
 // status mapping (B10, B11, B16), disconnect cancellation (B19), measurement
-// (B9) and the journal row. The front door reads the returned channel:
-// streaming chunks as they arrive, then one Outcome. Every path releases every
-// reservation exactly once (RAII) and writes exactly one journal row.
+// (B9) and the journal row. The response goes to the door's ResponseSink:
+// streaming events as they arrive (one write per engine read), then one
+// Outcome. Every path releases every reservation exactly once (RAII) and
+// writes exactly one journal row. No thread per request: a request lives on
+// one loop from its client's connection to its engine legs.
 //
-// Thread-safe. No httplib or gRPC type appears here: front doors translate.
+// Thread-safe (requests run on any loops). No httplib, Beast or gRPC type
+// appears here: front doors translate.
 #ifndef NARWHAL_ROUTER_ROUTER_H_
 #define NARWHAL_ROUTER_ROUTER_H_
 
@@ -20,6 +24,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,10 +35,9 @@
 #include "router/metrics.h"
 #include "router/outcome.h"
 #include "router/request.h"
-#include "router/response_channel.h"
+#include "router/response_sink.h"
 #include "router/retry_budget.h"
 #include "router/settings.h"
-#include "router/worker_pool.h"
 
 namespace narwhal::router {
 
@@ -50,7 +54,7 @@ struct AttemptFailure {
 class Router {
  public:
   // `metrics` and `journal` may be null. All references must outlive the Router.
-  Router(const Settings& settings, engines::EngineClient& engines, Fleet& fleet,
+  Router(const Settings& settings, engines::AsyncEngineClient& engines, Fleet& fleet,
          const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed);
   ~Router();  // cancels what still runs and joins the workers
   Router(const Router&) = delete;
@@ -59,9 +63,14 @@ class Router {
   // A fresh router request id (the x-request-id sent to the client).
   std::string NewRequestId();
 
-  // Admits and starts `request`. Never blocks: when the router is full or
-  // draining, the returned channel is already finished (429 / 503).
-  std::shared_ptr<ResponseChannel> Submit(Request request);
+  // Admits `request` and runs it to its end on the calling coroutine's loop;
+  // its response goes to `sink`, whose Finish() is called exactly once before
+  // this completes (a refusal — 429 in-flight limit, 503 draining — too).
+  engines::Awaitable<void> Serve(Request request, std::shared_ptr<ResponseSink> sink);
+  // Serve() started on `executor`'s loop, detached (for doors whose own
+  // threads must not run requests, e.g. gRPC reactors).
+  void Submit(Request request, std::shared_ptr<ResponseSink> sink,
+              const engines::Executor& executor);
 
   // Journals and counts a request the front door refused before the core
   // (malformed JSON, wrong model, oversized body, bad API key).
@@ -76,18 +85,17 @@ class Router {
   const Settings& settings() const { return settings_; }
 
  private:
-  class Run;  // one request's life on a worker
+  class Run;  // one request's life
 
-  void Finish(const Request& request, ResponseChannel& channel, Outcome outcome,
+  void Finish(const Request& request, ResponseSink& sink, Outcome outcome,
               const nlohmann::json& attempt_info);
   void CountRequest(const Request& request, const Outcome& outcome);  // requests_total
   void WriteJournal(const Request& request, const Outcome& outcome,
                     const nlohmann::json& attempt_info);
   double Backoff(int failed_attempt);
-  void Unregister(const std::shared_ptr<ResponseChannel>& channel);
 
   const Settings& settings_;
-  engines::EngineClient& engines_;
+  engines::AsyncEngineClient& engines_;
   Fleet& fleet_;
   const Clock& clock_;
   Metrics* metrics_;
@@ -101,8 +109,7 @@ class Router {
   std::atomic<bool> accepting_{true};
   std::mutex live_mu_;
   std::condition_variable live_cv_;
-  std::vector<std::shared_ptr<ResponseChannel>> live_;  // admitted, not finished
-  WorkerPool pool_;
+  std::vector<std::shared_ptr<ResponseSink>> live_;  // admitted, not finished
 };
 
 }  // namespace narwhal::router

@@ -54,6 +54,23 @@ struct ServingSettings {
   long long max_request_bytes = 4194304;  // larger bodies: 413; 1 KiB .. 1 GiB
   double graceful_timeout_s = 30;       // SIGTERM drain, >= 0
   std::string api_key_env;              // env var holding the client API key; "" = none
+  // The data plane's event-loop threads (client connections, attempt loops,
+  // engine legs); 0 = one per core. 0..64.
+  int io_threads = 0;
+  // Open HTTP client connections; a connection beyond it is refused at once
+  // (a fixed 503, then closed). 1..1000000.
+  int max_connections = 4096;
+  // Request line plus header fields of one HTTP request; beyond: 431.
+  // 1 KiB .. 1 MiB.
+  int max_header_bytes = 65536;
+  // Header fields of one HTTP request; beyond: 431. 1..10000.
+  int max_headers = 100;
+  // From a request's first byte to the end of its headers (and the longest
+  // silence while its body arrives); expiry closes the connection. > 0.
+  double header_timeout_s = 10;
+  // An idle keep-alive connection between requests (and the bound on writing
+  // one response) before it is closed. > 0.
+  double keepalive_timeout_s = 60;
 };
 
 struct AdminSettings {

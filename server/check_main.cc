@@ -12,7 +12,7 @@
 #include <iostream>
 #include <string>
 
-#include "engines/http_engine_client.h"
+#include "engines/http/standalone_engine_client.h"
 #include "router/clock.h"
 #include "router/preflight.h"
 #include "server/config_loader.h"
@@ -93,7 +93,7 @@ int Check(const Args& args) {
   const router::Settings& settings = *loaded;
 
   const engines::HttpEngineClientOptions engine_options = EngineClientOptions(settings);
-  engines::HttpEngineClient client(engine_options);
+  engines::StandaloneEngineClient client(engine_options);
   router::RealClock clock;
 
   const router::PreflightReport report = router::RunPreflight(settings, client, clock, args.pairs);

@@ -35,6 +35,11 @@ constexpr double kMaxDurationS = 1e7;
 constexpr double kMaxRetryBudget = 1e9;
 constexpr long long kMinRequestBytes = 1024;
 constexpr long long kMaxRequestBytes = 1LL << 30;
+constexpr int kMaxIoThreads = 64;
+constexpr int kMaxConnections = 1000000;
+constexpr int kMinHeaderBytes = 1024;
+constexpr int kMaxHeaderBytes = 1 << 20;
+constexpr int kMaxHeaders = 10000;
 constexpr size_t kMaxReportedErrors = 20;
 constexpr off_t kMaxConfigFileBytes = 16 << 20;
 constexpr size_t kMaxShownChars = 80;
@@ -623,7 +628,8 @@ bool ReadServing(const json& node, Errors* errors, router::ServingSettings* out)
   r.RejectUnknownKeys({"max_attempts", "request_timeout_s", "prefill_timeout_s",
                        "handoff_timeout_s", "retry_budget", "retry_replenish", "retry_base_s",
                        "retry_cap_s", "max_inflight", "max_request_bytes", "graceful_timeout_s",
-                       "api_key_env"});
+                       "api_key_env", "io_threads", "max_connections", "max_header_bytes",
+                       "max_headers", "header_timeout_s", "keepalive_timeout_s"});
   r.Int("max_attempts", 1, 3, /*hi_is_cap=*/false, &out->max_attempts);
   const bool request_ok =
       r.Duration("request_timeout_s", Lower::kPositive, &out->request_timeout_s);
@@ -640,6 +646,13 @@ bool ReadServing(const json& node, Errors* errors, router::ServingSettings* out)
             &out->max_request_bytes);
   r.Duration("graceful_timeout_s", Lower::kNonNegative, &out->graceful_timeout_s);
   r.EnvVarName("api_key_env", &out->api_key_env);
+  r.Int("io_threads", 0, kMaxIoThreads, /*hi_is_cap=*/false, &out->io_threads);
+  r.Int("max_connections", 1, kMaxConnections, /*hi_is_cap=*/false, &out->max_connections);
+  r.Int("max_header_bytes", kMinHeaderBytes, kMaxHeaderBytes, /*hi_is_cap=*/false,
+        &out->max_header_bytes);
+  r.Int("max_headers", 1, kMaxHeaders, /*hi_is_cap=*/false, &out->max_headers);
+  r.Duration("header_timeout_s", Lower::kPositive, &out->header_timeout_s);
+  r.Duration("keepalive_timeout_s", Lower::kPositive, &out->keepalive_timeout_s);
 
   const std::string request =
       absl::StrCat("serving.request_timeout_s (", FormatNumber(out->request_timeout_s), ")");
@@ -821,7 +834,13 @@ nlohmann::json SettingsToJson(const Settings& s) {
         {"max_inflight", s.serving.max_inflight},
         {"max_request_bytes", s.serving.max_request_bytes},
         {"graceful_timeout_s", s.serving.graceful_timeout_s},
-        {"api_key_env", s.serving.api_key_env}}},
+        {"api_key_env", s.serving.api_key_env},
+        {"io_threads", s.serving.io_threads},
+        {"max_connections", s.serving.max_connections},
+        {"max_header_bytes", s.serving.max_header_bytes},
+        {"max_headers", s.serving.max_headers},
+        {"header_timeout_s", s.serving.header_timeout_s},
+        {"keepalive_timeout_s", s.serving.keepalive_timeout_s}}},
       {"admin", {{"token_env", s.admin.token_env}}},
       {"engine",
        {{"first_token_timeout_s", s.engine.first_token_timeout_s},

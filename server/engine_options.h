@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engines/http_engine_client.h"
+#include "engines/http/http_options.h"
 #include "router/settings.h"
 
 namespace narwhal::server {

@@ -5,13 +5,14 @@
 
 #include "google/rpc/status.pb.h"
 #include "server/grpc_request.h"
+#include "server/grpc_sink.h"
 #include "server/status_table.h"
 #include "server/wake_link.h"
 
 namespace narwhal::server {
 namespace {
 
-using router::ResponseChannel;
+using Sink = GrpcSink;
 
 void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   const long long prompt = o.prompt_tokens >= 0 ? o.prompt_tokens : 0;
@@ -31,8 +32,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
       return;
     }
     rid_ = admission.request.rid;
-    channel_ = service.router().Submit(std::move(admission.request));
+    channel_ = service.NewSink();
     channel_->SetReadyCallback(WakeLink<GenerateReactor>::Callback(link_));
+    service.Submit(std::move(admission.request), channel_);
     Pump();
   }
 
@@ -43,9 +45,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
     if (writing_ || finished_) return;
     while (true) {
       switch (channel_->TryNext(&chunk_)) {
-        case ResponseChannel::Pop::kEmpty:
+        case Sink::Pop::kEmpty:
           return;  // the channel calls back on the next chunk
-        case ResponseChannel::Pop::kChunk: {
+        case Sink::Pop::kChunk: {
           const uint32_t index = static_cast<uint32_t>(tokens_);
           tokens_ += chunk_.tokens;
           if (chunk_.text.empty() && chunk_.finish_reason.empty()) continue;  // metadata
@@ -59,7 +61,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
           StartWrite(&response_);
           return;
         }
-        case ResponseChannel::Pop::kEnd: {
+        case Sink::Pop::kEnd: {
           const router::Outcome& o = channel_->outcome();
           finished_ = true;
           if (!o.ok()) {
@@ -106,13 +108,13 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
 
  private:
   std::shared_ptr<WakeLink<GenerateReactor>> link_;
-  std::shared_ptr<ResponseChannel> channel_;
+  std::shared_ptr<Sink> channel_;
   std::string rid_;
   std::mutex mu_;
   bool writing_ = false;
   bool finished_ = false;
   long long tokens_ = 0;
-  router::Chunk chunk_;
+  GrpcChunk chunk_;
   narwhal::v1::GenerateResponse response_;
 };
 
@@ -129,19 +131,20 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
       return;
     }
     rid_ = admission.request.rid;
-    channel_ = service.router().Submit(std::move(admission.request));
+    channel_ = service.NewSink();
     channel_->SetReadyCallback(WakeLink<CompleteReactor>::Callback(link_));
+    service.Submit(std::move(admission.request), channel_);
     Pump();
   }
 
   void Pump() {
     std::unique_lock<std::mutex> lock(mu_);
     if (finished_) return;
-    router::Chunk ignored;
-    ResponseChannel::Pop pop;
-    while ((pop = channel_->TryNext(&ignored)) == ResponseChannel::Pop::kChunk) {
+    GrpcChunk ignored;
+    Sink::Pop pop;
+    while ((pop = channel_->TryNext(&ignored)) == Sink::Pop::kChunk) {
     }
-    if (pop != ResponseChannel::Pop::kEnd) return;
+    if (pop != Sink::Pop::kEnd) return;
     finished_ = true;
     const router::Outcome& o = channel_->outcome();
     lock.unlock();
@@ -179,7 +182,7 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
  private:
   std::shared_ptr<WakeLink<CompleteReactor>> link_;
   narwhal::v1::CompleteResponse* response_;
-  std::shared_ptr<ResponseChannel> channel_;
+  std::shared_ptr<Sink> channel_;
   std::string rid_;
   std::mutex mu_;
   bool finished_ = false;
@@ -215,8 +218,22 @@ grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& re
 }
 
 InferenceService::InferenceService(const router::Settings& settings, router::Router& router,
-                                   const router::Clock& clock, std::string api_key)
-    : settings_(settings), router_(router), clock_(clock), api_key_(std::move(api_key)) {}
+                                   const router::Clock& clock, engines::IoLoops& loops,
+                                   std::string api_key)
+    : settings_(settings),
+      router_(router),
+      clock_(clock),
+      loops_(loops),
+      api_key_(std::move(api_key)) {}
+
+std::shared_ptr<GrpcSink> InferenceService::NewSink() {
+  return std::make_shared<GrpcSink>(clock_);
+}
+
+void InferenceService::Submit(router::Request request, std::shared_ptr<GrpcSink> sink) {
+  // Reactors must not run requests: each goes to the next event loop.
+  router_.Submit(std::move(request), std::move(sink), loops_.Next());
+}
 
 InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext* context,
                                                     const narwhal::v1::GenerateRequest& req,

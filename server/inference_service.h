@@ -1,10 +1,10 @@
 // InferenceService: the gRPC front door, narwhal.v1.Inference (SPEC §6).
 //
 // A callback-API service: reactors never block. Each RPC becomes one
-// router::Request handed to the same router core as the HTTP shim; the
-// router's ResponseChannel wakes the reactor when a chunk or the outcome is
-// ready, and the reactor keeps one write in flight, so a slow reader
-// back-pressures the engine read through the bounded channel. The gRPC
+// router::Request run by the same router core as the HTTP door, on the next
+// event loop; the request's GrpcSink wakes the reactor when a chunk or the
+// outcome is ready, and the reactor keeps one write in flight, so a slow
+// reader back-pressures the engine read through the sink's bounded queue. The gRPC
 // deadline is converted once into the router's monotonic deadline; a client
 // cancel cancels the request (B19). Errors end the RPC with the status of
 // server/status_table and a narwhal.v1.ErrorInfo in the rich status details.
@@ -15,6 +15,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "engines/io_loops.h"
 #include "narwhal/v1/inference.grpc.pb.h"
 #include "router/clock.h"
 #include "router/outcome.h"
@@ -23,12 +24,14 @@
 
 namespace narwhal::server {
 
+class GrpcSink;
+
 class InferenceService final : public narwhal::v1::Inference::CallbackService {
  public:
   // `api_key` empty = no client authentication (else metadata
   // "authorization: Bearer <key>" is required).
   InferenceService(const router::Settings& settings, router::Router& router,
-                   const router::Clock& clock, std::string api_key);
+                   const router::Clock& clock, engines::IoLoops& loops, std::string api_key);
 
   grpc::ServerWriteReactor<narwhal::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const narwhal::v1::GenerateRequest* request) override;
@@ -48,11 +51,15 @@ class InferenceService final : public narwhal::v1::Inference::CallbackService {
                   bool stream);
 
   router::Router& router() { return router_; }
+  std::shared_ptr<GrpcSink> NewSink();
+  // Runs `request` on the next event loop, writing to `sink`.
+  void Submit(router::Request request, std::shared_ptr<GrpcSink> sink);
 
  private:
   const router::Settings& settings_;
   router::Router& router_;
   const router::Clock& clock_;
+  engines::IoLoops& loops_;
   const std::string api_key_;
 };
 

@@ -1,15 +1,23 @@
-// OpenAiShim: the HTTP front door (SPEC §4).
+// OpenAiShim: the HTTP front door (SPEC §4), event-driven on the IoLoops.
 //
-// Translates OpenAI-style HTTP requests into router::Request, hands them to
-// the router core and renders the outcome: status and headers are held until
-// the first generated token; afterwards each decode chunk is relayed as one
-// SSE event, ending with `data: [DONE]` or, after a failure, one terminal
-// error event (B16). A client that disconnects at any moment — while its
-// request is held or mid-stream — cancels its request (B19). Also serves
-// /v1/models, /health, /ready and /metrics.
+// Translates OpenAI-style HTTP requests into router::Request and runs each
+// inside its client connection's coroutine (Router::Serve): status and
+// headers are held until the first generated token; afterwards the decode
+// events of each engine read are relayed as SSE events in one write, ending
+// with `data: [DONE]` or, after a failure, one terminal error event (B16). A
+// client that goes away — while its request is held or mid-stream — cancels
+// its request (B19), seen by a read that watches the socket, never by
+// polling. Also serves /v1/models, /health, /ready and /metrics.
 //
-// httplib stays inside the .cc; one worker thread per open connection, sized
-// to serving.max_inflight plus headroom.
+// One listener; accepted connections are spread round-robin over the loops,
+// each served by one coroutine (server/http/connection.h) under the limits
+// of server/http/http_door_options.h: connection cap, header timeout and
+// limits (431), body limit for either framing (413), keep-alive timeout,
+// one framing per request (400). Requests the door refuses before the core
+// are journaled through Router::RecordRefused.
+//
+// Beast and Asio stay inside server/http/ and the .cc. Thread-safe. The
+// IoLoops must keep running until Join() returned (or the shim is destroyed).
 #ifndef NARWHAL_SERVER_OPENAI_SHIM_H_
 #define NARWHAL_SERVER_OPENAI_SHIM_H_
 
@@ -19,28 +27,35 @@
 #include <absl/status/statusor.h>
 #include <prometheus/registry.h>
 
-#include "router/clock.h"
+#include "engines/clock.h"
+#include "engines/io_loops.h"
 #include "router/fleet.h"
 #include "router/router.h"
 #include "router/settings.h"
+#include "server/http/http_door_options.h"
 
 namespace narwhal::server {
 
 class OpenAiShim {
  public:
-  // `api_key` empty = no client authentication.
+  // `api_key` empty = no client authentication. Limits from `settings`.
   OpenAiShim(const router::Settings& settings, router::Router& router, router::Fleet& fleet,
-             const router::Clock& clock, prometheus::Registry& registry, std::string api_key);
+             const engines::Clock& clock, prometheus::Registry& registry, std::string api_key,
+             engines::IoLoops& loops);
+  // The same with explicit limits.
+  OpenAiShim(const router::Settings& settings, router::Router& router, router::Fleet& fleet,
+             const engines::Clock& clock, prometheus::Registry& registry, std::string api_key,
+             engines::IoLoops& loops, HttpDoorOptions options);
   ~OpenAiShim();
   OpenAiShim(const OpenAiShim&) = delete;
   OpenAiShim& operator=(const OpenAiShim&) = delete;
 
   // Binds `host:port` (port 0 picks a free port); returns the bound port.
   absl::StatusOr<int> Bind(const std::string& host, int port);
-  // Serves on a background thread.
+  // Starts accepting on the loops.
   void Start();
-  // Graceful shutdown, step 1: /ready reports 503 (the router itself refuses
-  // new requests once draining).
+  // Graceful shutdown, step 1: /ready reports 503 and responses close their
+  // connections (the router itself refuses new requests once draining).
   void BeginDrain();
   // Step 2: waits until every generation response has been written to its
   // end (streams included), at most until `deadline`. False on timeout.
@@ -48,8 +63,12 @@ class OpenAiShim {
   // Step 3: closes the listener and every connection; a stream still open is
   // cut (and its request cancelled).
   void StopAccepting();
-  // Waits until every connection handler has returned (after StopAccepting).
+  // Waits until the accept loop and every connection have ended (after
+  // StopAccepting). Never call it on a loop thread.
   void Join();
+
+  // Client connections open now.
+  int open_connections() const;
 
  private:
   class Impl;

@@ -14,7 +14,9 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
-#include "engines/http_engine_client.h"
+#include "engines/http/beast_engine_client.h"
+#include "engines/io_loops.h"
+#include "engines/sync_engine_client.h"
 #include "router/clock.h"
 #include "router/event_bus.h"
 #include "router/fleet.h"
@@ -152,15 +154,21 @@ int Serve(const Args& args) {
   prometheus::Registry registry;
   router::Metrics metrics(registry);
   router::RealClock clock;
+  // The data plane: client connections, attempt loops and engine legs run
+  // on these loops, one request per loop from its first byte to its last.
+  engines::IoLoops loops(settings.serving.io_threads);
   const engines::HttpEngineClientOptions engine_options = EngineClientOptions(settings);
-  engines::HttpEngineClient engine_client(engine_options);
+  engines::BeastEngineClient engine_client(engine_options, clock);
+  // Probes, readmission checks and preflight call the same adapter from
+  // their own threads.
+  engines::SyncEngineClient control_client(engine_client, loops.executor(0));
   router::EventBus events;
   router::Fleet fleet(settings, clock, &metrics, journal.get(), &events);
   router::Router router(settings, engine_client, fleet, clock, &metrics, journal.get(),
                         std::random_device{}());
 
   // Breaker probes, readmission and liveness sweeps (B17).
-  router::Prober prober(settings, engine_client, fleet, clock);
+  router::Prober prober(settings, control_client, fleet, clock);
 
   AdminOptions admin_options;
   admin_options.token = EnvOrEmpty(settings.admin.token_env);
@@ -168,7 +176,7 @@ int Serve(const Args& args) {
     LogWarning("narwhal-serve: admin.token_env names " + settings.admin.token_env +
                ", which is unset or empty: the admin API requires no token");
   }
-  AdminService admin(settings, fleet, prober, events, engine_client, clock, admin_options);
+  AdminService admin(settings, fleet, prober, events, control_client, clock, admin_options);
 
   // --preflight (B18) runs before any listener is bound.
   if (args.preflight) {
@@ -190,7 +198,7 @@ int Serve(const Args& args) {
   monitor.Start();
 
   OpenAiShim shim(settings, router, fleet, clock, registry,
-                  EnvOrEmpty(settings.serving.api_key_env));
+                  EnvOrEmpty(settings.serving.api_key_env), loops);
   std::string http_host;
   int http_port = 0;
   SplitHostPort(settings.listen.http, &http_host, &http_port);
@@ -204,7 +212,8 @@ int Serve(const Args& args) {
   // gRPC inference and admin APIs on their own listeners, with server
   // reflection.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  InferenceService inference(settings, router, clock, EnvOrEmpty(settings.serving.api_key_env));
+  InferenceService inference(settings, router, clock, loops,
+                             EnvOrEmpty(settings.serving.api_key_env));
   std::string grpc_host;
   int grpc_port = 0;
   SplitHostPort(settings.listen.grpc, &grpc_host, &grpc_port);
@@ -258,6 +267,7 @@ int Serve(const Args& args) {
   shim.StopAccepting();
   shim.Join();
   monitor.Stop();
+  loops.Stop();
   LogInfo("narwhal-serve: stopped");
   return 0;
 }

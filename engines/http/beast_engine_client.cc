@@ -136,7 +136,8 @@ class Leg {
       io_->reused = true;
       co_return error_code{};
     }
-    co_return co_await ConnectFresh();
+    const error_code ec = co_await ConnectFresh();
+    co_return ec;
   }
 
   Awaitable<error_code> ConnectFresh() {
@@ -199,14 +200,6 @@ http::request<http::string_body> LegRequest(http::verb verb, std::string_view pa
   req.keep_alive(true);
   req.prepare_payload();
   return req;
-}
-
-// True when a failure on a pooled connection means only that the engine had
-// closed it while idle: the request never got a response byte.
-bool StaleConnection(const LegIo& io, const error_code& ec, bool got_bytes) {
-  return io.reused && !got_bytes &&
-         (ec == asio::error::eof || ec == http::error::end_of_stream ||
-          ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
 }
 
 // Reads the rest of a decode response (its chunked terminator) and pools the
@@ -302,11 +295,14 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   const Executor executor = co_await asio::this_coro::executor;
   Leg leg(clock_, executor, host, port, options.cancel);
   const std::string body = BuildPrefillBody(client_body).dump();
-  for (int round = 0;; ++round) {
+  {
+    // A pooled connection is checked before reuse; a failure on it is a
+    // failure of the leg (B14 decides about retries, not the transport).
     const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
     leg.timer().Arm(std::min(connect_deadline, deadline),
                     connect_deadline < deadline ? LegBound::kConnect : deadline_bound);
-    error_code ec = round == 0 ? co_await leg.Connect() : co_await leg.ConnectFresh();
+    const error_code connect_ec = co_await leg.Connect();
+    error_code ec = connect_ec;
     if (leg.cancelled()) {
       out.failure = Cancelled(kPhase, producer.iid);
       co_return out;
@@ -355,7 +351,6 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
                                 false);
       co_return out;
     }
-    if (ec && round == 0 && StaleConnection(leg.io(), ec, parser.got_some())) continue;
     if (ec) {
       out.failure = parser.is_header_done()
                         ? MakeFailure(kPhase, producer.iid, FailureReason::kEngineConnection,
@@ -494,11 +489,11 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     return true;
   };
 
-  for (int round = 0;; ++round) {
+  do {
     const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
     timer.Arm(std::min(connect_deadline, first_token_deadline),
               connect_deadline < first_token_deadline ? LegBound::kConnect : first_token_bound);
-    ec = round == 0 ? co_await leg.Connect() : co_await leg.ConnectFresh();
+    ec = co_await leg.Connect();
     if (ec || leg.cancelled() || timer.fired()) break;
     connected = true;
     timer.Arm(first_token_deadline, first_token_bound);
@@ -510,13 +505,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     parser->body_limit(boost::none);  // a stream; SseReader bounds each event
     leg.io().buffer.clear();
     if (!ec) co_await http::async_read_header(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));
-    if (ec && round == 0 && !leg.cancelled() && !timer.fired() &&
-        StaleConnection(leg.io(), ec, parser->got_some())) {
-      connected = false;
-      continue;
-    }
-    break;
-  }
+  } while (false);
 
   if (!ec && !leg.cancelled() && !timer.fired()) {
     status = parser->get().result_int();
@@ -540,9 +529,11 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
         if (!sse.Feed(std::string_view(chunk, n), on_event)) break;
       }
       if (ec || parser->is_done()) break;
-      // Everything received so far is parsed: hand it to the client in one
-      // write. A slow client is not engine silence (B13).
-      if (leg.io().buffer.size() == 0) {
+      // Everything received so far is parsed (what is left, if anything, is
+      // the CRLF that closes a chunk, which the parser consumes with the next
+      // chunk's header): hand it to the client in one write before the next
+      // socket read. A slow client is not engine silence (B13).
+      if (leg.io().buffer.size() <= 2) {
         if (first_token) timer.Pause();
         const bool keep_going = co_await observer.Flush();
         if (!keep_going) {
@@ -562,8 +553,9 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   timer.Stop();
   // What the last read carried reaches the client before the leg's end (its
   // [DONE] or its failure).
-  if (!observer_stopped && !leg.cancelled() && !co_await observer.Flush()) {
-    observer_stopped = true;
+  if (!observer_stopped && !leg.cancelled()) {
+    const bool taken = co_await observer.Flush();
+    if (!taken) observer_stopped = true;
   }
 
   if (done && first_token && !observer_stopped) {

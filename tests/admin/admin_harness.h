@@ -18,7 +18,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
-#include "engines/http_engine_client.h"
+#include "engines/http/standalone_engine_client.h"
 #include "narwhal/admin/v1/admin.grpc.pb.h"
 #include "router/clock.h"
 #include "router/event_bus.h"
@@ -87,7 +87,7 @@ class AdminHarness {
   prometheus::Registry registry_;
   router::Metrics metrics_;
   router::RealClock clock_;
-  engines::HttpEngineClient client_;
+  engines::StandaloneEngineClient client_;
   router::EventBus events_;
   std::unique_ptr<router::Fleet> fleet_;
   std::unique_ptr<router::Prober> prober_;

@@ -1,5 +1,5 @@
-// Test doubles for breaker tests: a router::Clock that moves only when told
-// (SleepFor returns at once after advancing it), and an engines::EngineClient
+// Test doubles for breaker tests: a clock that moves only when told (the
+// shared FakeClock), and an engines::EngineClient
 // whose answers are scripted per engine and whose every call is recorded.
 //
 // ScriptedEngines behaves like the HTTP adapter where the breaker can tell:
@@ -35,41 +35,21 @@
 #include "engines/cancel_token.h"
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
-#include "engines/http_engine_client.h"
 #include "engines/prefill_result.h"
 #include "engines/stream_event.h"
 #include "router/clock.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace narwhal::breaker_test {
 
 using engines::MonoTime;
 
-class ManualClock : public router::Clock {
+// Fake time (tests/fakes/fake_clock.h) with a seconds-based Advance.
+class ManualClock : public testing::FakeClock {
  public:
-  explicit ManualClock(MonoTime start = engines::MonoClock::now()) : start_(start), now_(start) {}
-  MonoTime Now() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return now_;
-  }
-  double WallNow() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return 1.7e9 + engines::Seconds(now_ - start_);
-  }
-  bool SleepFor(engines::MonoClock::duration d, engines::CancelToken* cancel) const override {
-    if (cancel != nullptr && cancel->cancelled()) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ += d;
-    return true;
-  }
-  void Advance(double seconds) {
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ += engines::FromSeconds(seconds);
-  }
-
- private:
-  mutable std::mutex mu_;
-  const MonoTime start_;
-  mutable MonoTime now_;
+  explicit ManualClock(MonoTime start = engines::MonoClock::now()) : FakeClock(start) {}
+  using FakeClock::Advance;
+  void Advance(double seconds) { FakeClock::Advance(engines::FromSeconds(seconds)); }
 };
 
 // A failure as the adapter reports it (phase/iid/evidence filled in later).

@@ -96,6 +96,7 @@ class Recorder : public DecodeObserver {
   // token: back-pressure, as a slow client's socket applies it.
   Awaitable<bool> Flush() override {
     ++flushes;
+    if (flush_probe) flush_probe();
     if (tokens > 0 && flush_delay > std::chrono::milliseconds(0) && !delayed) {
       delayed = true;
       boost::asio::steady_timer t(co_await boost::asio::this_coro::executor, flush_delay);
@@ -111,6 +112,7 @@ class Recorder : public DecodeObserver {
   }
 
   std::chrono::milliseconds flush_delay{0};
+  std::function<void()> flush_probe;
   bool delayed = false;
   int flushes = 0;
   std::vector<std::string> events;
@@ -945,6 +947,40 @@ TEST_F(BeastEngineClientTest, AnAbortedLegDoesNotPoolItsConnection) {
   EXPECT_THAT(out.failure->detail, StartsWith("engine went silent between tokens"));
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(client.IdleConnections(d0_.url), 0u);
+}
+
+// B19 after output started: the engine stalls after two tokens and the
+// client goes away; the leg ends at once, not at the read timeout.
+TEST_F(BeastEngineClientTest, B19_CancelMidStreamEndsTheLegPromptly) {
+  HttpEngineClientOptions options = FastOptions();
+  options.decode_read_timeout_s = 30;  // only the cancel can end this leg
+  Adapter client(options);
+  const PrefillResult handoff = Handoff(client);
+  SetFaults(*consumer_, R"({"faults":[{"kind":"stall_after_tokens","tokens":2}]})");
+  CancelToken cancel;
+  Recorder rec;
+  std::atomic<int> tokens{0};
+  std::atomic<int> flushed_tokens{0};
+  rec.hook = [&](const StreamEvent& e) {
+    tokens += e.tokens;
+    return true;
+  };
+  // The client sees the tokens before the engine stalls: each read is
+  // flushed, not held until the leg ends.
+  rec.flush_probe = [&] { flushed_tokens = rec.tokens; };
+  std::thread canceller([&] {
+    for (int i = 0; i < 500 && flushed_tokens.load() < 2; ++i) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(50ms);
+    cancel.Cancel();
+  });
+  const MonoTime started = MonoClock::now();
+  DecodeOutcome out =
+      client.Decode(d0_, handoff, ChatBody(), true, Leg("rid-d-cancel2", &cancel), rec);
+  canceller.join();
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.failure->reason, FailureReason::kCancelled) << out.failure->detail;
+  EXPECT_EQ(flushed_tokens.load(), 2) << "both tokens reached the client before the stall";
+  EXPECT_LT(Seconds(MonoClock::now() - started), 5.0);
 }
 
 TEST_F(BeastEngineClientTest, B19_CancelAbortsSilentDecodePromptly) {

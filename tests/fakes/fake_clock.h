@@ -20,16 +20,16 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
 #include "engines/clock.h"
-#include "router/clock.h"
 
 namespace narwhal::testing {
 
-class FakeClock : public router::Clock, public engines::Clock {
+class FakeClock : public engines::Clock {
  public:
   using Duration = engines::MonoClock::duration;
 
@@ -47,10 +47,12 @@ class FakeClock : public router::Clock, public engines::Clock {
     return wall_;
   }
 
-  // Records `d`, runs the sleep hook (if any), then advances the fake time by
-  // `d` and returns true — or returns false without advancing when `cancel`
-  // has fired (before the call or inside the hook).
-  bool SleepFor(Duration d, engines::CancelToken* cancel) const override {
+  // Retry backoff on fake time: records `d`, runs the sleep hook (if any),
+  // then advances the fake time by `d` and returns true at once — or returns
+  // false without advancing when `cancel` has fired (before the call or
+  // inside the hook).
+  boost::asio::awaitable<bool> Sleep(const engines::Executor&, Duration d,
+                                     engines::CancelToken* cancel) const override {
     std::function<void(Duration)> hook;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -58,11 +60,9 @@ class FakeClock : public router::Clock, public engines::Clock {
       hook = sleep_hook_;
     }
     if (hook) hook(d);
-    if (cancel != nullptr && cancel->cancelled()) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ += d;
-    wall_ += engines::Seconds(d);
-    return true;
+    if (cancel != nullptr && cancel->cancelled()) co_return false;
+    const_cast<FakeClock*>(this)->Advance(d);
+    co_return true;
   }
 
   // Moves monotonic and wall time forward together; timers whose deadline
@@ -114,13 +114,13 @@ class FakeClock : public router::Clock, public engines::Clock {
     wall_ = unix_seconds;
   }
 
-  // Every duration SleepFor() was asked for, in call order.
+  // Every duration Sleep() was asked for, in call order.
   std::vector<Duration> sleeps() const {
     std::lock_guard<std::mutex> lock(mu_);
     return sleeps_;
   }
 
-  // Runs inside SleepFor(), on the sleeping thread, before the cancel check:
+  // Runs inside Sleep(), on the sleeping loop, before the cancel check:
   // lets a test act "during" a backoff (e.g. the client goes away).
   void SetSleepHook(std::function<void(Duration)> hook) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -17,9 +17,11 @@
 // deadline like the adapter's watchdog would (prefill: prefill timeout or
 // request deadline; decode: request deadline).
 //
-// Blocking steps wait on the leg's cancel token for at most kBlockLimit of
-// real time, then fail the leg loudly instead of hanging the suite.
-// Thread-safe.
+// Legs are coroutines (engines::AsyncEngineClient) on the caller's loop:
+// after each scripted event the observer's Flush() runs, as the HTTP adapter
+// does after each engine read. Blocking steps wait on the leg's cancel token
+// (without blocking the loop) for at most kBlockLimit of real time, then fail
+// the leg loudly instead of hanging the suite. Thread-safe.
 #ifndef NARWHAL_TESTS_FAKES_FAKE_ENGINE_CLIENT_H_
 #define NARWHAL_TESTS_FAKES_FAKE_ENGINE_CLIENT_H_
 
@@ -36,13 +38,17 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
-#include "engines/http_engine_client.h"
 #include "engines/prefill_result.h"
 #include "engines/stream_event.h"
 #include "tests/fakes/fake_clock.h"
@@ -281,7 +287,7 @@ struct ControlCall {
   double timeout_s = 0;
 };
 
-class FakeEngineClient : public engines::EngineClient {
+class FakeEngineClient : public engines::AsyncEngineClient {
  public:
   static constexpr std::chrono::seconds kBlockLimit{10};
 
@@ -334,9 +340,10 @@ class FakeEngineClient : public engines::EngineClient {
     return cv_.wait_for(lock, timeout, [&] { return blocked_ >= n; });
   }
 
-  engines::PrefillOutcome Prefill(const engines::EngineTarget& producer, engines::Api api,
-                                  const nlohmann::json& client_body,
-                                  const engines::LegOptions& options) override {
+  engines::Awaitable<engines::PrefillOutcome> Prefill(engines::EngineTarget producer,
+                                                      engines::Api api,
+                                                      const nlohmann::json& client_body,
+                                                      engines::LegOptions options) override {
     PrefillStep step;
     size_t index;
     {
@@ -376,7 +383,7 @@ class FakeEngineClient : public engines::EngineClient {
     } else if (clock_ != nullptr && clock_->Now() >= deadline) {
       out.failure = timed_out();
     } else if (step.block_until_cancelled) {
-      out.failure = Block(options, engines::Phase::kPrefill, producer.iid);
+      out.failure = co_await Block(options, engines::Phase::kPrefill, producer.iid);
     } else if (!AdvanceBefore(step.latency, deadline)) {
       out.failure = timed_out();
     } else if (Cancelled(options)) {
@@ -396,14 +403,15 @@ class FakeEngineClient : public engines::EngineClient {
       call.failure = out.failure;
       call.saw_cancel = out.failure && out.failure->reason == engines::FailureReason::kCancelled;
     }
-    return out;
+    co_return out;
   }
 
-  engines::DecodeOutcome Decode(const engines::EngineTarget& consumer,
-                                const engines::PrefillResult& handoff,
-                                const nlohmann::json& client_body, bool client_streams,
-                                const engines::LegOptions& options,
-                                engines::DecodeObserver& observer) override {
+  engines::Awaitable<engines::DecodeOutcome> Decode(engines::EngineTarget consumer,
+                                                    const engines::PrefillResult& handoff,
+                                                    const nlohmann::json& client_body,
+                                                    bool client_streams,
+                                                    engines::LegOptions options,
+                                                    engines::DecodeObserver& observer) override {
     DecodeStep step;
     size_t index;
     {
@@ -427,7 +435,7 @@ class FakeEngineClient : public engines::EngineClient {
 
     engines::DecodeOutcome out;
     int delivered = 0;
-    out.failure = RunDecode(step, consumer, handoff, options, observer, &delivered);
+    out.failure = co_await RunDecode(step, consumer, handoff, options, observer, &delivered);
     {
       std::lock_guard<std::mutex> lock(mu_);
       DecodeCall& call = decode_calls_[index];
@@ -435,23 +443,23 @@ class FakeEngineClient : public engines::EngineClient {
       call.failure = out.failure;
       call.saw_cancel = out.failure && out.failure->reason == engines::FailureReason::kCancelled;
     }
-    return out;
+    co_return out;
   }
 
-  engines::ControlResponse Control(const engines::EngineTarget& engine, std::string_view method,
-                                  std::string_view path, const std::string& body,
-                                  double timeout_s) override {
+  engines::Awaitable<engines::ControlResponse> Control(engines::EngineTarget engine,
+                                                       std::string method, std::string path,
+                                                       std::string body,
+                                                       double timeout_s) override {
     std::lock_guard<std::mutex> lock(mu_);
-    control_calls_.push_back(
-        ControlCall{engine, std::string(method), std::string(path), body, timeout_s});
+    control_calls_.push_back(ControlCall{engine, method, path, body, timeout_s});
     for (const std::string& iid : {engine.iid, std::string()}) {
-      auto it = control_.find({iid, std::string(path)});
-      if (it != control_.end()) return it->second;
+      auto it = control_.find({iid, path});
+      if (it != control_.end()) co_return it->second;
     }
     engines::ControlResponse ok;
     ok.status = 200;
     ok.body = "{}";
-    return ok;
+    co_return ok;
   }
 
  private:
@@ -527,38 +535,37 @@ class FakeEngineClient : public engines::EngineClient {
                 phase, iid, "");
   }
 
-  // Waits for the leg's cancel token (bounded).
-  engines::EngineFailure Block(const engines::LegOptions& options, engines::Phase phase,
-                               const std::string& iid) {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool fired = false;
-    engines::CancelToken::Registration hook(options.cancel, [&] {
-      std::lock_guard<std::mutex> lock(mu);
-      fired = true;
-      cv.notify_all();
+  // Waits for the leg's cancel token (bounded, without blocking the loop).
+  engines::Awaitable<engines::EngineFailure> Block(const engines::LegOptions& options,
+                                                   engines::Phase phase, const std::string& iid) {
+    const engines::Executor executor = co_await boost::asio::this_coro::executor;
+    auto timer = std::make_shared<boost::asio::steady_timer>(executor, kBlockLimit);
+    std::weak_ptr<boost::asio::steady_timer> weak = timer;
+    engines::CancelToken::Registration hook(options.cancel, [weak, executor] {
+      boost::asio::post(executor, [weak] {
+        if (auto t = weak.lock()) t->cancel();
+      });
     });
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++blocked_;
     }
     cv_.notify_all();
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, kBlockLimit, [&] { return fired; })) {
-      return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
-                                    engines::BreakerClass::kNone, 500,
-                                    "fake engine: blocked leg was never cancelled", false),
-                  phase, iid, "");
+    boost::system::error_code ec;
+    co_await timer->async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    if (!Cancelled(options)) {
+      co_return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
+                                       engines::BreakerClass::kNone, 500,
+                                       "fake engine: blocked leg was never cancelled", false),
+                     phase, iid, "");
     }
-    return CancelledFailure(phase, iid);
+    co_return CancelledFailure(phase, iid);
   }
 
-  std::optional<engines::EngineFailure> RunDecode(const DecodeStep& step,
-                                                  const engines::EngineTarget& consumer,
-                                                  const engines::PrefillResult& handoff,
-                                                  const engines::LegOptions& options,
-                                                  engines::DecodeObserver& observer,
-                                                  int* delivered) {
+  engines::Awaitable<std::optional<engines::EngineFailure>> RunDecode(
+      const DecodeStep& step, const engines::EngineTarget& consumer,
+      const engines::PrefillResult& handoff, const engines::LegOptions& options,
+      engines::DecodeObserver& observer, int* delivered) {
     constexpr engines::Phase kPhase = engines::Phase::kDecode;
     const std::string& iid = consumer.iid;
     auto deadline_failure = [&] {
@@ -567,26 +574,28 @@ class FakeEngineClient : public engines::EngineClient {
                                     "request deadline passed during the decode leg", false),
                   kPhase, iid, "");
     };
-    if (Cancelled(options)) return CancelledFailure(kPhase, iid);
-    if (clock_ != nullptr && clock_->Now() >= options.request_deadline) return deadline_failure();
-    if (!AdvanceBefore(step.latency, options.request_deadline)) return deadline_failure();
+    if (Cancelled(options)) co_return CancelledFailure(kPhase, iid);
+    if (clock_ != nullptr && clock_->Now() >= options.request_deadline) {
+      co_return deadline_failure();
+    }
+    if (!AdvanceBefore(step.latency, options.request_deadline)) co_return deadline_failure();
 
     bool first_token = false;
     engines::StreamEvent event;
     for (const DecodeEvent& e : step.events) {
-      if (!AdvanceBefore(e.delay, options.request_deadline)) return deadline_failure();
-      if (Cancelled(options)) return CancelledFailure(kPhase, iid);
+      if (!AdvanceBefore(e.delay, options.request_deadline)) co_return deadline_failure();
+      if (Cancelled(options)) co_return CancelledFailure(kPhase, iid);
       engines::ClassifyEvent(e.data, &event);
       switch (event.kind) {
         case engines::EventKind::kDone:
-          if (first_token) return std::nullopt;
-          return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
+          if (first_token) co_return std::nullopt;
+          co_return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
                                         engines::BreakerClass::kStream, 502,
                                         "stream ended with [DONE] before any token arrived", true),
                       kPhase, iid, "");
         case engines::EventKind::kError:
-          return engines::ClassifyEngineStatus(kPhase, iid, event.error_status,
-                                               event.error_message, /*in_stream=*/true);
+          co_return engines::ClassifyEngineStatus(kPhase, iid, event.error_status,
+                                                  event.error_message, /*in_stream=*/true);
         case engines::EventKind::kToken:
           first_token = true;
           break;
@@ -594,14 +603,20 @@ class FakeEngineClient : public engines::EngineClient {
           break;
       }
       ++*delivered;
-      if (!observer.OnEvent(e.data, event)) return CancelledFailure(kPhase, iid);
+      if (!observer.OnEvent(e.data, event)) co_return CancelledFailure(kPhase, iid);
+      // One scripted event per engine read: the observer hands it on.
+      const bool taken = co_await observer.Flush();
+      if (!taken) co_return CancelledFailure(kPhase, iid);
     }
     if (step.failure) {
-      return Fill(*step.failure, kPhase, iid,
-                  step.evidence_is_producer ? handoff.producer_iid() : std::string());
+      co_return Fill(*step.failure, kPhase, iid,
+                     step.evidence_is_producer ? handoff.producer_iid() : std::string());
     }
-    if (step.block_until_cancelled) return Block(options, kPhase, iid);
-    return Fill(MissingDone(), kPhase, iid, "");
+    if (step.block_until_cancelled) {
+      engines::EngineFailure f = co_await Block(options, kPhase, iid);
+      co_return f;
+    }
+    co_return Fill(MissingDone(), kPhase, iid, "");
   }
 
   FakeClock* clock_;

@@ -18,6 +18,7 @@
 #include "engines/stream_event.h"
 #include "router/clock.h"
 #include "router/settings.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace narwhal::router {
 namespace {
@@ -26,20 +27,15 @@ using json = nlohmann::json;
 using Pairs = std::vector<std::pair<std::string, std::string>>;
 
 // Time moves only when a scripted leg says so.
-class ManualClock : public Clock {
+class ManualClock : public testing::FakeClock {
  public:
-  MonoTime Now() const override { return start_ + offset_; }
-  double WallNow() const override { return 1.7e9 + engines::Seconds(offset_); }
-  bool SleepFor(engines::MonoClock::duration d, engines::CancelToken*) const override {
-    offset_ += d;
-    return true;
-  }
-  void Advance(double s) { offset_ += engines::FromSeconds(s); }
+  ManualClock() : FakeClock(engines::MonoClock::now()), start_(Now()) {}
+  using FakeClock::Advance;
+  void Advance(double s) { FakeClock::Advance(engines::FromSeconds(s)); }
   MonoTime start() const { return start_; }
 
  private:
-  MonoTime start_ = engines::MonoClock::now();
-  mutable engines::MonoClock::duration offset_{};
+  MonoTime start_;
 };
 
 engines::EngineFailure Failure(engines::Phase phase, int status, const std::string& detail) {

@@ -20,13 +20,15 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
-#include "engines/http_engine_client.h"
+#include "engines/engine_failure.h"
+#include "engines/io_loops.h"
 #include "router/fleet.h"
 #include "router/journal.h"
 #include "router/metrics.h"
 #include "router/settings.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
+#include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"
 
 namespace narwhal::router {
@@ -43,6 +45,7 @@ using engines::Api;
 using engines::FromSeconds;
 using engines::Seconds;
 using json = nlohmann::json;
+using ::narwhal::testing::Chunk;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -107,20 +110,20 @@ class RouterTest : public ::testing::Test {
   }
 
   // Reads a channel to its end (bounded in real time).
-  static Result Collect(ResponseChannel& channel) {
+  static Result Collect(nt::TestSink& channel) {
     Result r;
     const auto until = std::chrono::steady_clock::now() + 10s;
     Chunk c;
     while (std::chrono::steady_clock::now() < until) {
       switch (channel.Next(&c, 100ms)) {
-        case ResponseChannel::Pop::kChunk:
+        case nt::TestSink::Pop::kChunk:
           r.chunks.push_back(c);
           break;
-        case ResponseChannel::Pop::kEnd:
+        case nt::TestSink::Pop::kEnd:
           r.ended = true;
           r.outcome = channel.outcome();
           return r;
-        case ResponseChannel::Pop::kEmpty:
+        case nt::TestSink::Pop::kEmpty:
           break;
       }
     }
@@ -128,8 +131,15 @@ class RouterTest : public ::testing::Test {
     return r;
   }
 
+  // Starts `request` on one of the test's loops; the sink records the response.
+  std::shared_ptr<nt::TestSink> Submit(Request request) {
+    auto sink = std::make_shared<nt::TestSink>();
+    router_->Submit(std::move(request), sink, loops_.Next());
+    return sink;
+  }
+
   Result Run(Request request) {
-    std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(request));
+    std::shared_ptr<nt::TestSink> channel = Submit(std::move(request));
     return Collect(*channel);
   }
   Result Run(bool stream, Api api = Api::kCompletions, std::string* rid = nullptr) {
@@ -184,6 +194,9 @@ class RouterTest : public ::testing::Test {
     }
   }
 
+  // Several loops, so a test whose scripted leg blocks one (a hook waiting
+  // for the test) still runs the other requests.
+  engines::IoLoops loops_{4};
   Settings settings_;
   nt::FakeClock clock_;
   nt::FakeEngineClient fake_;
@@ -260,11 +273,11 @@ TEST_F(RouterTest, B9_StreamingRelaysChunksInOrderAndMeasuresExactly) {
 TEST_F(RouterTest, StreamingHoldsMetadataUntilTheFirstToken) {
   Start();
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({nt::ChatRoleChunk(), nt::ChatChunk("")}));
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(true, Api::kChatCompletions));
+  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true, Api::kChatCompletions));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
   Chunk c;
   // Two metadata events reached the router; nothing is visible yet.
-  EXPECT_EQ(channel->TryNext(&c), ResponseChannel::Pop::kEmpty);
+  EXPECT_EQ(channel->TryNext(&c), nt::TestSink::Pop::kEmpty);
   channel->Cancel();
   Result r = Collect(*channel);
   EXPECT_TRUE(r.chunks.empty());
@@ -474,7 +487,7 @@ TEST_F(RouterTest, B7_ReservationsReleasedAfterSuccess) {
 TEST_F(RouterTest, B7_ReservationsHeldDuringLegsAndReleasedAfterCancel) {
   Start();
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(true));
+  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
   // The decode slot is held while its leg runs; the prefill slot is back.
   EXPECT_EQ(Snap("d0").inflight_decode, 1);
@@ -907,8 +920,8 @@ TEST_F(RouterTest, B14_CreditRefundedWhenTheRetryIsCancelledBeforeDispatch) {
   settings_.serving.max_attempts = 2;
   settings_.serving.retry_budget = 1;
   Start();
-  std::promise<std::shared_ptr<ResponseChannel>> channel_promise;
-  std::shared_future<std::shared_ptr<ResponseChannel>> channel_future =
+  std::promise<std::shared_ptr<nt::TestSink>> channel_promise;
+  std::shared_future<std::shared_ptr<nt::TestSink>> channel_future =
       channel_promise.get_future().share();
   std::atomic<double> credits_during_backoff{-1};
   clock_.SetSleepHook([&](nt::Duration) {
@@ -919,7 +932,7 @@ TEST_F(RouterTest, B14_CreditRefundedWhenTheRetryIsCancelledBeforeDispatch) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
   Request req = MakeRequest(true);
   const std::string rid = req.rid;
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(req));
+  std::shared_ptr<nt::TestSink> channel = Submit(std::move(req));
   channel_promise.set_value(channel);
   Result r = Collect(*channel);
   EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
@@ -1173,7 +1186,7 @@ TEST_F(RouterTest, B19_CancelAbortsTheDecodeLegAndIsNeverRetried) {
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
   Request req = MakeRequest(true);
   const std::string rid = req.rid;
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(req));
+  std::shared_ptr<nt::TestSink> channel = Submit(std::move(req));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
   channel->Cancel();
   Result r = Collect(*channel);
@@ -1199,7 +1212,7 @@ TEST_F(RouterTest, B19_CancelAbortsTheDecodeLegAndIsNeverRetried) {
 TEST_F(RouterTest, B19_CancelDuringPrefill) {
   Start();
   fake_.QueuePrefill(nt::PrefillStep::Block());
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(false));
+  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(false));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
   EXPECT_EQ(Snap("p0").inflight_prefill, 1);
   channel->Cancel();
@@ -1215,9 +1228,9 @@ TEST_F(RouterTest, B19_CancelAfterOutputStarted) {
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({nt::CompletionChunk("a")}));
   Request req = MakeRequest(true);
   const std::string rid = req.rid;
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(std::move(req));
+  std::shared_ptr<nt::TestSink> channel = Submit(std::move(req));
   Chunk c;
-  ASSERT_EQ(channel->Next(&c, 10s), ResponseChannel::Pop::kChunk);
+  ASSERT_EQ(channel->Next(&c, 10s), nt::TestSink::Pop::kChunk);
   EXPECT_EQ(c.text, "a");
   ASSERT_TRUE(fake_.WaitForBlocked(1));
   channel->Cancel();
@@ -1235,14 +1248,14 @@ TEST_F(RouterTest, Admission_InflightLimitRejectsAtOnceWith429) {
   settings_.serving.max_inflight = 1;
   Start();
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
-  std::shared_ptr<ResponseChannel> first = router_->Submit(MakeRequest(true));
+  std::shared_ptr<nt::TestSink> first = Submit(MakeRequest(true));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
 
   Request req = MakeRequest(true);
   const std::string rid = req.rid;
-  std::shared_ptr<ResponseChannel> second = router_->Submit(std::move(req));
+  std::shared_ptr<nt::TestSink> second = Submit(std::move(req));
   Chunk c;
-  ASSERT_EQ(second->TryNext(&c), ResponseChannel::Pop::kEnd);  // already finished
+  ASSERT_EQ(second->Next(&c, 10s), nt::TestSink::Pop::kEnd);  // refused at once
   const Outcome& o = second->outcome();
   EXPECT_EQ(o.status, 429);
   EXPECT_EQ(o.error_type, ErrorType::kRateLimit);
@@ -1272,19 +1285,19 @@ TEST_F(RouterTest, Admission_SlotIsFreeOnceTheOutcomeIsVisible) {
   nt::PrefillStep step = nt::PrefillStep::Ok();
   step.on_start = [polled_future] { polled_future.wait_for(10s); };
   fake_.QueuePrefill(step);
-  std::shared_ptr<ResponseChannel> first = router_->Submit(MakeRequest(false));
+  std::shared_ptr<nt::TestSink> first = Submit(MakeRequest(false));
 
-  std::promise<std::shared_ptr<ResponseChannel>> next_promise;
+  std::promise<std::shared_ptr<nt::TestSink>> next_promise;
   std::atomic<bool> submitted{false};
   first->SetReadyCallback([&] {
     // Runs the moment the first request's end becomes visible.
     Chunk c;
-    if (first->TryNext(&c) == ResponseChannel::Pop::kEnd && !submitted.exchange(true)) {
-      next_promise.set_value(router_->Submit(MakeRequest(false)));
+    if (first->TryNext(&c) == nt::TestSink::Pop::kEnd && !submitted.exchange(true)) {
+      next_promise.set_value(Submit(MakeRequest(false)));
     }
   });
   Chunk c;
-  ASSERT_EQ(first->TryNext(&c), ResponseChannel::Pop::kEmpty);
+  ASSERT_EQ(first->TryNext(&c), nt::TestSink::Pop::kEmpty);
   polled.set_value();
   auto next_future = next_promise.get_future();
   ASSERT_EQ(next_future.wait_for(10s), std::future_status::ready);
@@ -1310,7 +1323,7 @@ TEST_F(RouterTest, Admission_SubmitAfterDrainIs503) {
 TEST_F(RouterTest, DrainCancelsRequestsThatOutliveTheGrace) {
   Start();
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
-  std::shared_ptr<ResponseChannel> channel = router_->Submit(MakeRequest(true));
+  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
   router_->Drain(0s);
   EXPECT_EQ(router_->inflight(), 0);

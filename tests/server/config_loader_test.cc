@@ -92,6 +92,12 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.serving.max_request_bytes, b.serving.max_request_bytes);
   EXPECT_EQ(a.serving.graceful_timeout_s, b.serving.graceful_timeout_s);
   EXPECT_EQ(a.serving.api_key_env, b.serving.api_key_env);
+  EXPECT_EQ(a.serving.io_threads, b.serving.io_threads);
+  EXPECT_EQ(a.serving.max_connections, b.serving.max_connections);
+  EXPECT_EQ(a.serving.max_header_bytes, b.serving.max_header_bytes);
+  EXPECT_EQ(a.serving.max_headers, b.serving.max_headers);
+  EXPECT_EQ(a.serving.header_timeout_s, b.serving.header_timeout_s);
+  EXPECT_EQ(a.serving.keepalive_timeout_s, b.serving.keepalive_timeout_s);
   EXPECT_EQ(a.admin.token_env, b.admin.token_env);
   EXPECT_EQ(a.engine.first_token_timeout_s, b.engine.first_token_timeout_s);
   EXPECT_EQ(a.engine.decode_read_timeout_s, b.engine.decode_read_timeout_s);
@@ -149,6 +155,12 @@ TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
   EXPECT_EQ(s.serving.max_request_bytes, 4194304);
   EXPECT_EQ(s.serving.graceful_timeout_s, 30.0);
   EXPECT_EQ(s.serving.api_key_env, "");
+  EXPECT_EQ(s.serving.io_threads, 0);
+  EXPECT_EQ(s.serving.max_connections, 4096);
+  EXPECT_EQ(s.serving.max_header_bytes, 65536);
+  EXPECT_EQ(s.serving.max_headers, 100);
+  EXPECT_EQ(s.serving.header_timeout_s, 10.0);
+  EXPECT_EQ(s.serving.keepalive_timeout_s, 60.0);
   EXPECT_EQ(s.admin.token_env, "");
   EXPECT_EQ(s.engine.first_token_timeout_s, 2.5);
   EXPECT_EQ(s.engine.decode_read_timeout_s, 10.0);
@@ -213,6 +225,12 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.engines = {{"a", "http://[::1]:9", Role::kBoth}, {"b", "http://h:10", Role::kDecode}};
   s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "OtherConnector", "fp"};
   s.serving = {3, 100, 50, 25, 7, 0.5, 0.25, 2, 99, 2048, 1.5, "CLIENT_KEY"};
+  s.serving.io_threads = 4;
+  s.serving.max_connections = 12;
+  s.serving.max_header_bytes = 2048;
+  s.serving.max_headers = 7;
+  s.serving.header_timeout_s = 0.75;
+  s.serving.keepalive_timeout_s = 3.5;
   s.admin.token_env = "ADMIN_TOKEN";
   s.engine = {1.25, 0, 3, 4, "Conn", "ENGINE_KEY"};
   s.recovery = {5, 2.5, 1, 3, 4, RestartPolicy::kWholeWave};
@@ -222,7 +240,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
 TEST(ConfigJson, SettingsToJsonListsEveryKey) {
   const json out = SettingsToJson(MustParse(MinimalConfig()));
   EXPECT_FALSE(out.contains("engine_contract"));
-  EXPECT_EQ(out["serving"].size(), 12u);
+  EXPECT_EQ(out["serving"].size(), 18u);
   EXPECT_EQ(out["engine"].size(), 6u);
   EXPECT_EQ(out["recovery"].size(), 6u);
   EXPECT_EQ(out["listen"].size(), 3u);
@@ -647,6 +665,30 @@ INSTANTIATE_TEST_SUITE_P(
                   "must be between 1024 and 1073741824"},
         RangeCase{"GracefulTimeoutNonNegative", "serving", "graceful_timeout_s", -1,
                   "must be >= 0"},
+        RangeCase{"IoThreadsNonNegative", "serving", "io_threads", -1,
+                  "must be between 0 and 64 (got -1)"},
+        RangeCase{"IoThreadsAtMost64", "serving", "io_threads", 65,
+                  "must be between 0 and 64 (got 65)"},
+        RangeCase{"MaxConnectionsAtLeast1", "serving", "max_connections", 0,
+                  "must be between 1 and 1000000 (got 0)"},
+        RangeCase{"MaxConnectionsAtMost1000000", "serving", "max_connections", 1000001,
+                  "must be between 1 and 1000000"},
+        RangeCase{"MaxHeaderBytesAtLeast1024", "serving", "max_header_bytes", 1023,
+                  "must be between 1024 and 1048576 (got 1023)"},
+        RangeCase{"MaxHeaderBytesAtMost1MiB", "serving", "max_header_bytes", 1048577,
+                  "must be between 1024 and 1048576"},
+        RangeCase{"MaxHeadersAtLeast1", "serving", "max_headers", 0,
+                  "must be between 1 and 10000 (got 0)"},
+        RangeCase{"MaxHeadersAtMost10000", "serving", "max_headers", 10001,
+                  "must be between 1 and 10000"},
+        RangeCase{"MaxHeadersIsAnInteger", "serving", "max_headers", 1.5,
+                  "must be an integer (got number 1.5)"},
+        RangeCase{"HeaderTimeoutPositive", "serving", "header_timeout_s", 0, "must be > 0"},
+        RangeCase{"HeaderTimeoutBounded", "serving", "header_timeout_s", 1e8,
+                  "must be <= 10000000"},
+        RangeCase{"KeepaliveTimeoutPositive", "serving", "keepalive_timeout_s", -1, "must be > 0"},
+        RangeCase{"KeepaliveTimeoutIsANumber", "serving", "keepalive_timeout_s", "60",
+                  "must be a number of seconds (got string)"},
         RangeCase{"DurationsAtMost1e7Seconds", "serving", "request_timeout_s", 1e7 + 1,
                   "must be <= 10000000"},
         RangeCase{"FirstTokenTimeoutPositive", "engine", "first_token_timeout_s", 0, "must be > 0"},
@@ -680,12 +722,24 @@ INSTANTIATE_TEST_SUITE_P(
 // Values on the edge of each range are accepted.
 TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
   json config = MinimalConfig();
-  config["serving"] = {{"max_attempts", 3},        {"request_timeout_s", 1e7},
-                       {"prefill_timeout_s", 1e7}, {"handoff_timeout_s", 0},
-                       {"retry_budget", 0},        {"retry_replenish", 1},
-                       {"retry_base_s", 0},        {"retry_cap_s", 0},
-                       {"max_inflight", 100000},   {"max_request_bytes", 1073741824},
-                       {"graceful_timeout_s", 0},  {"api_key_env", "_K1"}};
+  config["serving"] = {{"max_attempts", 3},
+                       {"request_timeout_s", 1e7},
+                       {"prefill_timeout_s", 1e7},
+                       {"handoff_timeout_s", 0},
+                       {"retry_budget", 0},
+                       {"retry_replenish", 1},
+                       {"retry_base_s", 0},
+                       {"retry_cap_s", 0},
+                       {"max_inflight", 100000},
+                       {"max_request_bytes", 1073741824},
+                       {"graceful_timeout_s", 0},
+                       {"api_key_env", "_K1"},
+                       {"io_threads", 64},
+                       {"max_connections", 1000000},
+                       {"max_header_bytes", 1048576},
+                       {"max_headers", 10000},
+                       {"header_timeout_s", 1e7},
+                       {"keepalive_timeout_s", 1e7}};
   config["engine"] = {
       {"first_token_timeout_s", 1e7}, {"decode_read_timeout_s", 0}, {"api_key_env", ""}};
   config["recovery"] = {{"eject_after", 1},
@@ -698,12 +752,22 @@ TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
   EXPECT_EQ(s.serving.max_request_bytes, 1073741824);
   EXPECT_EQ(s.serving.api_key_env, "_K1");
   EXPECT_EQ(s.engine_contract->max_model_len, 1);
+  EXPECT_EQ(s.serving.io_threads, 64);
+  EXPECT_EQ(s.serving.max_header_bytes, 1048576);
 
   config["serving"]["max_attempts"] = 1;
   config["serving"]["retry_replenish"] = 0;
   config["serving"]["max_inflight"] = 1;
   config["serving"]["max_request_bytes"] = 1024;
-  MustParse(config);
+  config["serving"]["io_threads"] = 0;
+  config["serving"]["max_connections"] = 1;
+  config["serving"]["max_header_bytes"] = 1024;
+  config["serving"]["max_headers"] = 1;
+  config["serving"]["header_timeout_s"] = 0.001;
+  config["serving"]["keepalive_timeout_s"] = 0.001;
+  const Settings low = MustParse(config);
+  EXPECT_EQ(low.serving.max_connections, 1);
+  EXPECT_EQ(low.serving.header_timeout_s, 0.001);
 }
 
 // ---------------------------------------------------------------------------

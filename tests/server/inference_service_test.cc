@@ -16,6 +16,7 @@
 #include "google/rpc/status.pb.h"
 #include "router/fleet.h"
 #include "router/router.h"
+#include "engines/io_loops.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
 
@@ -42,7 +43,7 @@ class InferenceServiceTest : public ::testing::Test {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
     router_ = std::make_unique<router::Router>(settings_, *fake_, *fleet_, clock_, nullptr,
                                                nullptr, 7);
-    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, api_key);
+    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -97,6 +98,7 @@ class InferenceServiceTest : public ::testing::Test {
 
   router::Settings settings_ = TestSettings();
   nt::FakeClock clock_;
+  engines::IoLoops loops_{2};
   std::unique_ptr<nt::FakeEngineClient> fake_;
   std::unique_ptr<router::Fleet> fleet_;
   std::unique_ptr<router::Router> router_;

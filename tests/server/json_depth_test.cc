@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "engines/http_engine_client.h"
+#include "engines/engine_failure.h"
 #include "engines/json_limits.h"
 #include "router/assembler.h"
 #include "server/config_loader.h"

@@ -5,8 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engines/api.h"
 #include "engines/engine_failure.h"
-#include "engines/http_engine_client.h"
+#include "engines/api.h"
+#include "engines/engine_failure.h"
 
 namespace narwhal::engines {
 namespace {

@@ -1,0 +1,316 @@
+#include "server/http/connection.h"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+
+#include "server/http/request_parser.h"
+#include "server/http/sse_sink.h"
+#include "server/status_table.h"
+
+namespace narwhal::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using boost::system::error_code;
+using engines::Awaitable;
+using engines::MonoTime;
+
+// One socket read.
+constexpr size_t kReadSize = 16 * 1024;
+// Room past max_header_bytes, so Beast reports an oversized header block as
+// header_limit (431) rather than a full buffer.
+constexpr size_t kBufferSlack = 16 * 1024;
+
+// Journal reasons and messages of the door's own refusals.
+constexpr const char* kMalformed = "malformed_http";
+constexpr const char* kTooLarge = "too_large";
+constexpr const char* kHeadersTooLarge = "headers_too_large";
+constexpr const char* kLengthConflict =
+    "a request with both Content-Length and Transfer-Encoding is not allowed";
+constexpr const char* kUnsupportedCoding = "Transfer-Encoding other than chunked is not supported";
+
+auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+std::string_view PathOf(std::string_view target) { return target.substr(0, target.find('?')); }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool IsHttpSyntaxError(const error_code& ec) {
+  return &ec.category() == &http::make_error_code(http::error::bad_method).category();
+}
+
+router::Outcome MissingOutcome() {
+  router::Outcome o;
+  o.terminal = router::Terminal::kFailed;
+  o.reason = "internal";
+  o.status = 500;
+  o.error_type = router::ErrorType::kInternal;
+  o.message = "the request ended without an outcome";
+  return o;
+}
+
+// Counts a generation response as in progress for the graceful drain.
+class ResponseScope {
+ public:
+  explicit ResponseScope(ConnectionTracker& tracker) : tracker_(tracker) {
+    tracker_.BeginResponse();
+  }
+  ~ResponseScope() { tracker_.EndResponse(); }
+  ResponseScope(const ResponseScope&) = delete;
+  ResponseScope& operator=(const ResponseScope&) = delete;
+
+ private:
+  ConnectionTracker& tracker_;
+};
+
+}  // namespace
+
+Connection::Connection(asio::ip::tcp::socket socket, const engines::Clock& clock,
+                       const HttpDoorOptions& options, HttpRoutes& routes,
+                       ConnectionTracker& tracker)
+    : socket_(std::make_shared<ClientSocket>(std::move(socket), clock)),
+      options_(options),
+      routes_(routes),
+      tracker_(tracker),
+      buffer_(options.max_header_bytes + kBufferSlack) {
+  id_ = tracker_.Add(socket_, socket_->socket().get_executor());
+  if (id_ == 0) socket_->Close();
+}
+
+Connection::~Connection() {
+  socket_->Close();
+  if (id_ != 0) tracker_.Remove(id_);
+}
+
+std::string Connection::BodyTooLarge() const {
+  return "request body exceeds serving.max_request_bytes (" +
+         std::to_string(options_.max_body_bytes) + " bytes)";
+}
+
+Awaitable<void> Connection::Run() {
+  const std::shared_ptr<Connection> self = shared_from_this();
+  Next next = Next::kKeepAlive;
+  for (bool first = true; next == Next::kKeepAlive && socket_->open(); first = false) {
+    try {
+      next = co_await ServeOne(first);
+    } catch (const std::exception&) {
+      next = Next::kClose;  // e.g. allocation failure: this connection only
+    }
+  }
+  if (next == Next::kLingerClose && socket_->open()) co_await LingeringClose();
+  socket_->Close();
+}
+
+Awaitable<Connection::Next> Connection::ServeOne(bool first) {
+  DoorTimer& timer = socket_->timer();
+  error_code ec;
+  // The wait for the request's first byte (unless pipelined bytes are here).
+  if (buffer_.size() == 0) {
+    timer.Arm(socket_->Now() + (first ? options_.header_timeout : options_.keepalive_timeout),
+              DoorBound::kIdle);
+    const size_t n =
+        co_await socket_->socket().async_read_some(buffer_.prepare(kReadSize), Redirect(ec));
+    buffer_.commit(n);
+    timer.Pause();
+    if (ec || timer.fired()) co_return Next::kClose;
+  }
+
+  // The head, from that first byte on.
+  const MonoTime started = socket_->Now();
+  timer.Arm(started + options_.header_timeout, DoorBound::kHeader);
+  RequestParser parser(options_.max_header_bytes, options_.max_headers, options_.max_body_bytes);
+  co_await http::async_read_header(socket_->socket(), buffer_, parser, Redirect(ec));
+  timer.Pause();
+  if (ec || timer.fired()) co_return co_await RefuseHead(parser, ec);
+
+  HttpRequest& request = parser.get();
+  const std::string_view path = PathOf(request.target());
+  // One framing only (request smuggling): Beast itself refuses
+  // Content-Length with chunked; any other coding is refused here.
+  if (parser.length_conflict()) {
+    co_return co_await Refuse(request, path, 400, kMalformed, kLengthConflict);
+  }
+  if (parser.transfer_encodings() > 0 &&
+      (parser.transfer_encodings() > 1 || !parser.chunked() ||
+       !beast::iequals(Trim(request[http::field::transfer_encoding]), "chunked"))) {
+    co_return co_await Refuse(request, path, 400, kMalformed, kUnsupportedCoding);
+  }
+
+  // The body: bounded in size while it is read, and in time.
+  if (!parser.is_done()) {
+    if (request.version() >= 11 &&
+        beast::iequals(Trim(request[http::field::expect]), "100-continue")) {
+      http::response<http::empty_body> proceed{http::status::continue_, 11};
+      ec = co_await socket_->WriteMessage(proceed, socket_->Now() + options_.write_timeout);
+      if (ec) co_return Next::kClose;
+    }
+    const MonoTime body_deadline = started + options_.body_timeout;
+    while (!parser.is_done() && !ec) {
+      timer.Arm(std::min(socket_->Now() + options_.header_timeout, body_deadline),
+                DoorBound::kBody);
+      co_await http::async_read_some(socket_->socket(), buffer_, parser, Redirect(ec));
+    }
+    timer.Pause();
+    if (timer.fired()) co_return Next::kClose;
+    if (ec == http::error::body_limit) {
+      co_return co_await Refuse(request, path, 413, kTooLarge, BodyTooLarge());
+    }
+    if (IsHttpSyntaxError(ec) && ec != http::error::partial_message &&
+        ec != http::error::end_of_stream) {
+      std::string message = "malformed HTTP request body: " + ec.message();
+      co_return co_await Refuse(request, path, 400, kMalformed, std::move(message));
+    }
+    if (ec) co_return Next::kClose;
+  }
+
+  const unsigned version = request.version();
+  const bool keep_alive = request.keep_alive() && !routes_.draining();
+  if (!routes_.IsGeneration(request.method(), path)) {
+    HttpResponse response = routes_.Plain(request, path);
+    co_return co_await Write(response, version, keep_alive);
+  }
+  Admission admission = routes_.Admit(request, path);
+  if (!admission.request) co_return co_await Write(admission.refusal, version, keep_alive);
+  co_return co_await Generate(std::move(*admission.request), version, keep_alive);
+}
+
+Awaitable<Connection::Next> Connection::RefuseHead(RequestParser& parser, error_code ec) {
+  if (socket_->timer().fired() || !socket_->open()) co_return Next::kClose;
+  const HttpRequest& partial = parser.get();
+  const std::string_view path = PathOf(partial.target());
+  // Messages are built before each co_await: GCC 12 mishandles temporaries
+  // of a conditional expression that spans a suspension.
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    std::string message;
+    if (parser.too_many_fields()) {
+      message = "request has more than serving.max_headers (" +
+                std::to_string(options_.max_headers) + ") header fields";
+    } else {
+      message = "request headers exceed serving.max_header_bytes (" +
+                std::to_string(options_.max_header_bytes) + " bytes)";
+    }
+    co_return co_await Refuse(partial, path, 431, kHeadersTooLarge, std::move(message));
+  }
+  if (ec == http::error::body_limit) {  // a Content-Length over the limit
+    co_return co_await Refuse(partial, path, 413, kTooLarge, BodyTooLarge());
+  }
+  const bool conflict = (ec == http::error::bad_transfer_encoding && parser.saw_content_length()) ||
+                        (ec == http::error::bad_content_length && parser.transfer_encodings() > 0);
+  if (conflict) co_return co_await Refuse(partial, path, 400, kMalformed, kLengthConflict);
+  if (IsHttpSyntaxError(ec) && ec != http::error::partial_message &&
+      ec != http::error::end_of_stream) {
+    std::string message = "malformed HTTP request: " + ec.message();
+    co_return co_await Refuse(partial, path, 400, kMalformed, std::move(message));
+  }
+  co_return Next::kClose;  // the client went away or the socket failed
+}
+
+Awaitable<Connection::Next> Connection::Refuse(const HttpRequest& partial, std::string_view path,
+                                               int status, std::string reason,
+                                               std::string message) {
+  HttpResponse response =
+      routes_.Refuse(partial, path, status, std::move(reason), std::move(message));
+  FinishForWire(response, partial.version() == 10 ? 10 : 11, /*keep_alive=*/false);
+  const error_code ec =
+      co_await socket_->WriteMessage(response, socket_->Now() + options_.write_timeout);
+  // The rest of the request was not read: the connection cannot carry another.
+  co_return ec ? Next::kClose : Next::kLingerClose;
+}
+
+Awaitable<Connection::Next> Connection::Write(HttpResponse& response, unsigned version,
+                                              bool keep_alive) {
+  FinishForWire(response, version, keep_alive);
+  const error_code ec =
+      co_await socket_->WriteMessage(response, socket_->Now() + options_.write_timeout);
+  if (ec) co_return Next::kClose;
+  co_return keep_alive ? Next::kKeepAlive : Next::kLingerClose;
+}
+
+Awaitable<Connection::Next> Connection::Generate(router::Request request, unsigned version,
+                                                 bool keep_alive) {
+  using namespace asio::experimental::awaitable_operators;  // NOLINT(build/namespaces)
+  ResponseScope in_progress(tracker_);
+  const std::string rid = request.rid;
+  auto sink = std::make_shared<SseSink>(socket_, rid, version, keep_alive);
+  watch_stop_ = false;
+  co_await (ServeAndStopWatch(std::move(request), sink) && WatchClient(sink));
+
+  const router::Outcome outcome = sink->outcome() ? *sink->outcome() : MissingOutcome();
+  // Nobody is listening (B19), or the client stopped taking the stream.
+  if (outcome.terminal == router::Terminal::kCancelled || sink->broken() || !socket_->open()) {
+    co_return Next::kClose;
+  }
+  const MonoTime deadline = socket_->Now() + options_.write_timeout;
+  if (sink->committed()) {
+    const std::string last = outcome.ok()
+                                 ? std::string("[DONE]")
+                                 : TerminalStreamEvent(outcome).dump(
+                                       -1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (!co_await sink->End(last, deadline)) co_return Next::kClose;
+    // HTTP/1.0 streams end with the connection.
+    co_return (keep_alive && version >= 11) ? Next::kKeepAlive : Next::kLingerClose;
+  }
+  HttpResponse response = OutcomeResponse(outcome);
+  response.set("x-request-id", rid);
+  co_return co_await Write(response, version, keep_alive);
+}
+
+Awaitable<void> Connection::ServeAndStopWatch(router::Request request,
+                                              std::shared_ptr<SseSink> sink) {
+  // However Serve ends, the watch ends with it.
+  struct StopWatch {
+    Connection* connection;
+    ~StopWatch() {
+      connection->watch_stop_ = true;
+      connection->watch_cancel_.emit(asio::cancellation_type::terminal);
+    }
+  } stop{this};
+  co_await routes_.Serve(std::move(request), std::move(sink));
+}
+
+Awaitable<void> Connection::WatchClient(std::shared_ptr<SseSink> sink) {
+  const size_t limit = options_.max_header_bytes;
+  error_code ec;
+  while (!watch_stop_ && socket_->open()) {
+    // Enough pipelined bytes are held: stop reading (and watching).
+    if (buffer_.size() >= limit) co_return;
+    const size_t room = std::min(kReadSize, limit - buffer_.size());
+    const size_t n = co_await socket_->socket().async_read_some(
+        buffer_.prepare(room), asio::bind_cancellation_slot(watch_cancel_.slot(), Redirect(ec)));
+    buffer_.commit(n);
+    if (watch_stop_) co_return;
+    if (ec) break;
+  }
+  if (!watch_stop_) sink->cancel_token().Cancel();  // B19: the client went away
+}
+
+Awaitable<void> Connection::LingeringClose() {
+  error_code ec;
+  socket_->socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  socket_->timer().Arm(socket_->Now() + options_.linger_timeout, DoorBound::kLinger);
+  for (size_t dropped = 0; dropped < options_.linger_bytes && !ec;) {
+    buffer_.clear();
+    dropped += co_await socket_->socket().async_read_some(buffer_.prepare(kReadSize), Redirect(ec));
+  }
+  socket_->timer().Pause();
+}
+
+}  // namespace narwhal::server

@@ -1,0 +1,90 @@
+// Connection: one client connection of the HTTP door, as one coroutine on
+// one event loop.
+//
+// Run() reads requests with Beast's parser, one after another (pipelined
+// requests are answered in order), dispatches each to the routes and writes
+// its response, until the client closes, a bound passes or a response ends
+// the connection. Bounds (server/http/http_door_options.h): the wait for a
+// request's first byte (header timeout on a new connection, keep-alive
+// timeout between requests), the header timeout from that byte to the end of
+// the headers, header count and bytes (431), the body limit for either
+// framing (413) and the silence and total bounds while a body arrives, the
+// write timeout of a response. A request with both Content-Length and
+// Transfer-Encoding, or a coding other than chunked, is refused with 400 and
+// ends the connection (request smuggling).
+//
+// A generation request runs inside this coroutine (HttpRoutes::Serve, i.e.
+// Router::Serve) with an SseSink; meanwhile a concurrent read watches the
+// client: end of file or an error cancels the request (B19). That read keeps
+// at most max_header_bytes of pipelined bytes, then stops watching.
+//
+// Not thread-safe: runs on its socket's loop; Stop-by-tracker is posted there.
+#ifndef NARWHAL_SERVER_HTTP_CONNECTION_H_
+#define NARWHAL_SERVER_HTTP_CONNECTION_H_
+
+#include <memory>
+#include <string_view>
+
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include "engines/clock.h"
+#include "engines/engine_client.h"
+#include "server/http/client_socket.h"
+#include "server/http/connection_tracker.h"
+#include "server/http/http_door_options.h"
+#include "server/http/routes.h"
+
+namespace narwhal::server {
+
+class RequestParser;
+class SseSink;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // Registers with `tracker` (which may refuse it: Run() then ends at once).
+  // Everything referenced must outlive the connection.
+  Connection(boost::asio::ip::tcp::socket socket, const engines::Clock& clock,
+             const HttpDoorOptions& options, HttpRoutes& routes, ConnectionTracker& tracker);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Serves the connection to its end; co_spawn it on executor().
+  engines::Awaitable<void> Run();
+  engines::Executor executor() { return socket_->socket().get_executor(); }
+
+ private:
+  enum class Next { kKeepAlive, kClose, kLingerClose };
+
+  engines::Awaitable<Next> ServeOne(bool first);
+  // A request whose head failed to parse: `ec` says why.
+  engines::Awaitable<Next> RefuseHead(RequestParser& parser, boost::system::error_code ec);
+  engines::Awaitable<Next> Refuse(const HttpRequest& partial, std::string_view path, int status,
+                                  std::string reason, std::string message);
+  std::string BodyTooLarge() const;
+  engines::Awaitable<Next> Generate(router::Request request, unsigned version, bool keep_alive);
+  engines::Awaitable<void> ServeAndStopWatch(router::Request request,
+                                             std::shared_ptr<SseSink> sink);
+  engines::Awaitable<void> WatchClient(std::shared_ptr<SseSink> sink);
+  engines::Awaitable<Next> Write(HttpResponse& response, unsigned version, bool keep_alive);
+  // Stops sending, drops what the client still sends for a bounded while,
+  // then closes (so the client reads the last response rather than a reset).
+  engines::Awaitable<void> LingeringClose();
+
+  std::shared_ptr<ClientSocket> socket_;
+  const HttpDoorOptions& options_;
+  HttpRoutes& routes_;
+  ConnectionTracker& tracker_;
+  uint64_t id_ = 0;
+  // Bytes read from the client and not yet parsed (pipelined requests).
+  boost::beast::flat_buffer buffer_;
+  // Ends the client watch once the request it guards has ended.
+  boost::asio::cancellation_signal watch_cancel_;
+  bool watch_stop_ = false;
+};
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_HTTP_CONNECTION_H_
