@@ -168,7 +168,7 @@ class Leg {
   // Gives the connection back for reuse.
   void Pool(size_t max_idle) {
     if (!io_->socket.is_open() || cancelled()) return;
-    ConnectionPool::Of(executor_).Put(key_, std::move(io_->socket), clock_.Now(), max_idle);
+    ConnectionPool::Of(executor_).Put(key_, std::move(io_->socket), clock_, executor_, max_idle);
   }
 
   std::shared_ptr<LegIo> shared_io() { return io_; }
@@ -221,7 +221,7 @@ Awaitable<void> DrainAndPool(std::shared_ptr<LegIo> io,
   timer.Stop();
   if (!ec && parser->is_done() && parser->get().keep_alive() && io->buffer.size() == 0 &&
       io->socket.is_open()) {
-    ConnectionPool::Of(executor).Put(key, std::move(io->socket), clock.Now(), max_idle);
+    ConnectionPool::Of(executor).Put(key, std::move(io->socket), clock, executor, max_idle);
   } else {
     io->Close();
   }

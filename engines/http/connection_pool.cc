@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+
 namespace narwhal::engines {
 namespace {
 
@@ -31,12 +33,42 @@ std::optional<ConnectionPool::Socket> ConnectionPool::Take(const std::string& ke
   return std::nullopt;
 }
 
-void ConnectionPool::Put(const std::string& key, Socket socket, MonoTime now, size_t max_idle) {
+void ConnectionPool::Put(const std::string& key, Socket socket, const Clock& clock,
+                         const Executor& executor, size_t max_idle) {
+  const MonoTime now = clock.Now();
   std::deque<Idle>& list = idle_[key];
   // Drop the stale ones first (oldest at the front).
   while (!list.empty() && now - list.front().since > kMaxIdle) list.pop_front();
   if (list.size() >= max_idle) return;  // `socket` closes as it goes out of scope
   list.push_back(Idle{std::move(socket), now});
+  if (!sweep_) sweep_ = clock.NewTimer(executor);
+  if (!sweep_armed_) ArmSweep(clock, now + kMaxIdle);
+}
+
+void ConnectionPool::ArmSweep(const Clock& clock, MonoTime at) {
+  sweep_armed_ = true;
+  // The timer belongs to this service and dies with it (its completion is
+  // then never run), so the callback may use `this`.
+  sweep_->AsyncWait(at + std::chrono::milliseconds(10), [this, &clock](bool fired) {
+    sweep_armed_ = false;
+    if (fired) Sweep(clock);
+  });
+}
+
+void ConnectionPool::Sweep(const Clock& clock) {
+  const MonoTime now = clock.Now();
+  MonoTime oldest = MonoTime::max();
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    std::deque<Idle>& list = it->second;
+    while (!list.empty() && now - list.front().since > kMaxIdle) list.pop_front();
+    if (list.empty()) {
+      it = idle_.erase(it);
+      continue;
+    }
+    oldest = std::min(oldest, list.front().since);
+    ++it;
+  }
+  if (oldest != MonoTime::max()) ArmSweep(clock, oldest + kMaxIdle);
 }
 
 const std::vector<boost::asio::ip::tcp::endpoint>* ConnectionPool::Endpoints(

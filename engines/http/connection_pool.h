@@ -6,13 +6,16 @@
 // opens a new one, and gives it back only when its exchange ended cleanly
 // with keep-alive; a leg that ends abnormally (cancelled, timed out, broken)
 // closes its connection instead. Idle connections are bounded per engine and
-// dropped once idle long enough that the engine may have closed them (vLLM's
-// uvicorn keeps idle connections for 5 s).
+// closed once idle long enough that the engine may have closed them (vLLM's
+// uvicorn keeps idle connections for 5 s): a sweep on the loop's timer closes
+// them even when no leg comes back, so descriptors return to baseline after a
+// load.
 #ifndef NARWHAL_ENGINES_HTTP_CONNECTION_POOL_H_
 #define NARWHAL_ENGINES_HTTP_CONNECTION_POOL_H_
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "engines/api.h"
+#include "engines/clock.h"
 
 namespace narwhal::engines {
 
@@ -44,7 +48,9 @@ class ConnectionPool : public boost::asio::execution_context::service {
   // An idle connection to `key` ("host:port") that still looks open, if any.
   std::optional<Socket> Take(const std::string& key, MonoTime now);
   // Keeps `socket` for reuse unless `key` already has `max_idle` idle ones.
-  void Put(const std::string& key, Socket socket, MonoTime now, size_t max_idle);
+  // `clock` and `executor` (this pool's loop) arm the idle sweep.
+  void Put(const std::string& key, Socket socket, const Clock& clock, const Executor& executor,
+           size_t max_idle);
 
   // Cached resolution of `key` (the first connect resolves it).
   const std::vector<boost::asio::ip::tcp::endpoint>* Endpoints(const std::string& key) const;
@@ -54,7 +60,13 @@ class ConnectionPool : public boost::asio::execution_context::service {
   size_t idle(const std::string& key) const;
 
  private:
-  void shutdown() override { idle_.clear(); }
+  void shutdown() override {
+    sweep_.reset();
+    idle_.clear();
+  }
+  // Closes connections idle longer than kMaxIdle; re-arms while any remain.
+  void Sweep(const Clock& clock);
+  void ArmSweep(const Clock& clock, MonoTime at);
 
   struct Idle {
     Socket socket;
@@ -62,6 +74,8 @@ class ConnectionPool : public boost::asio::execution_context::service {
   };
   std::map<std::string, std::deque<Idle>> idle_;
   std::map<std::string, std::vector<boost::asio::ip::tcp::endpoint>> endpoints_;
+  std::unique_ptr<Timer> sweep_;
+  bool sweep_armed_ = false;
 };
 
 }  // namespace narwhal::engines

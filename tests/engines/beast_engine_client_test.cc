@@ -38,6 +38,7 @@
 #include "engines/sync_engine_client.h"
 #include "engines/prefill_result.h"
 #include "engines/stream_event.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/fakes/sim_process.h"
 
 namespace narwhal::engines {
@@ -152,8 +153,10 @@ json CompletionBody(bool stream = true) {
 // so each test reads as a sequence of legs.
 class Adapter {
  public:
-  explicit Adapter(HttpEngineClientOptions options)
-      : async_(std::move(options), clock_), sync_(async_, loops_.executor(0)) {}
+  explicit Adapter(HttpEngineClientOptions options, const Clock* clock = nullptr)
+      : clock_(clock != nullptr ? *clock : real_clock_),
+        async_(std::move(options), clock_),
+        sync_(async_, loops_.executor(0)) {}
 
   PrefillOutcome Prefill(const EngineTarget& producer, Api api, const json& body,
                          const LegOptions& options) {
@@ -182,7 +185,8 @@ class Adapter {
   }
 
  private:
-  RealClock clock_;
+  RealClock real_clock_;
+  const Clock& clock_;
   IoLoops loops_{1};
   BeastEngineClient async_;
   SyncEngineClient sync_;
@@ -934,6 +938,25 @@ TEST_F(BeastEngineClientTest, KeepAliveConnectionsAreReusedAcrossLegs) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_EQ(client.IdleConnections(d0_.url), 1u);
+}
+
+// Idle connections are closed by the pool's sweep once they have been idle
+// longer than an engine keeps them, so descriptors return to baseline after
+// a load (on fake time: no test sleeps for the idle period).
+TEST_F(BeastEngineClientTest, IdleConnectionsAreClosedBySweep) {
+  testing::FakeClock clock;
+  {
+    Adapter client(FastOptions(), &clock);
+    Handoff(client);
+    ASSERT_EQ(client.IdleConnections(p0_.url), 1u);
+    clock.Advance(std::chrono::seconds(1));
+    EXPECT_EQ(client.IdleConnections(p0_.url), 1u) << "still fresh";
+    clock.Advance(ConnectionPool::kMaxIdle);
+    for (int i = 0; i < 100 && client.IdleConnections(p0_.url) > 0; ++i) {
+      std::this_thread::sleep_for(5ms);  // the sweep runs on the adapter's loop
+    }
+    EXPECT_EQ(client.IdleConnections(p0_.url), 0u);
+  }
 }
 
 // A leg that ends abnormally closes its connection instead of returning it.
