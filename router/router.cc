@@ -116,16 +116,12 @@ class AttemptRelay : public engines::DecodeObserver {
   bool client_too_slow_ = false;
 };
 
+// A failure the router itself decides (deadline, handoff age, cancellation):
+// never breaker evidence.
 EngineFailure RouterFailure(Phase phase, const std::string& iid, FailureReason reason, int status,
                             std::string detail, bool transient) {
-  EngineFailure f;
-  f.phase = phase;
-  f.iid = iid;
-  f.reason = reason;
-  f.status = status;
-  f.detail = std::move(detail);
-  f.transient = transient;
-  return f;
+  return engines::MakeFailure(phase, iid, reason, engines::BreakerClass::kNone, status,
+                              std::move(detail), transient);
 }
 
 // The SPEC §4 "situation" of an engine-leg failure: terminal, status, type.
