@@ -63,13 +63,8 @@ using Duration = engines::MonoClock::duration;
 inline engines::EngineFailure MakeEngineFailure(engines::FailureReason reason,
                                                 engines::BreakerClass cls, int status,
                                                 std::string detail, bool transient) {
-  engines::EngineFailure f;
-  f.reason = reason;
-  f.breaker_class = cls;
-  f.status = status;
-  f.detail = std::move(detail);
-  f.transient = transient;
-  return f;
+  return engines::MakeFailure(engines::Phase::kPrefill, "", reason, cls, status,
+                              std::move(detail), transient);
 }
 
 // The engine answered `status` (or, `in_stream`, sent an error object in a
