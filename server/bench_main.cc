@@ -27,6 +27,7 @@
 #include "server/bench/load.h"
 #include "server/bench/options.h"
 #include "server/bench/tally.h"
+#include "server/runtime_tuning.h"
 
 namespace narwhal::bench {
 namespace {
@@ -65,4 +66,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace narwhal::bench
 
-int main(int argc, char** argv) { return narwhal::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  narwhal::server::TuneRuntime();
+  return narwhal::bench::Main(argc, argv);
+}

@@ -17,6 +17,7 @@
 #include "router/preflight.h"
 #include "server/config_loader.h"
 #include "server/engine_options.h"
+#include "server/runtime_tuning.h"
 
 namespace narwhal::server {
 namespace {
@@ -110,6 +111,7 @@ int Check(const Args& args) {
 }  // namespace narwhal::server
 
 int main(int argc, char** argv) {
+  narwhal::server::TuneRuntime();
   narwhal::server::Args args;
   switch (narwhal::server::ParseArgs(argc, argv, &args)) {
     case narwhal::server::ParseResult::kHelp:

@@ -30,9 +30,11 @@
 #include "server/config_loader.h"
 #include "server/engine_options.h"
 #include "server/embedded_fleet.h"
+#include "server/idle_memory_release.h"
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/openai_shim.h"
+#include "server/runtime_tuning.h"
 
 namespace narwhal::server {
 namespace {
@@ -196,6 +198,8 @@ int Serve(const Args& args) {
 
   router::FleetMonitor monitor(fleet, prober);
   monitor.Start();
+  // After a load, the heap it left in malloc's arenas goes back to the system.
+  IdleMemoryRelease idle_release([&router] { return router.inflight(); });
 
   OpenAiShim shim(settings, router, fleet, clock, registry,
                   EnvOrEmpty(settings.serving.api_key_env), loops);
@@ -276,6 +280,7 @@ int Serve(const Args& args) {
 }  // namespace narwhal::server
 
 int main(int argc, char** argv) {
+  narwhal::server::TuneRuntime();
   narwhal::server::Args args;
   if (!narwhal::server::ParseArgs(argc, argv, &args)) return 2;
   return narwhal::server::Serve(args);
