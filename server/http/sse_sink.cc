@@ -1,12 +1,11 @@
 #include "server/http/sse_sink.h"
 
-#include <optional>
+#include <cstdio>
 #include <sstream>
+#include <string_view>
 #include <utility>
-#include <vector>
 
 #include <boost/asio/buffer.hpp>
-#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/write.hpp>
@@ -17,13 +16,8 @@ namespace {
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
 
-template <typename ConstBuffers>
-void AppendBuffers(const ConstBuffers& buffers, std::vector<asio::const_buffer>* out) {
-  for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
-       ++it) {
-    out->push_back(*it);
-  }
-}
+constexpr std::string_view kCrlf = "\r\n";
+constexpr std::string_view kLastChunk = "0\r\n\r\n";  // no trailers
 
 }  // namespace
 
@@ -80,24 +74,19 @@ engines::Awaitable<bool> SseSink::WritePending(engines::MonoTime deadline, bool 
   const bool chunked = version_ >= 11;
   if (!committed_) head_ = RenderHead();
   // One gather write: [head] [chunk of the events] [last chunk].
-  std::vector<asio::const_buffer>& buffers = iov_;
-  buffers.clear();
-  if (!committed_) buffers.push_back(asio::buffer(head_));
-  std::optional<http::chunk_body<asio::const_buffer>> chunk;
-  std::optional<http::chunk_last<http::chunk_crlf>> terminator;
-  const asio::const_buffer events = asio::buffer(writing_);
-  if (chunked) {
-    if (events.size() > 0) {
-      chunk.emplace(events);
-      AppendBuffers(*chunk, &buffers);
+  std::array<asio::const_buffer, 5>& buffers = iov_;
+  buffers.fill(asio::const_buffer());
+  if (!committed_) buffers[0] = asio::buffer(head_);
+  if (!writing_.empty()) {
+    if (chunked) {
+      const int n = std::snprintf(chunk_size_line_, sizeof(chunk_size_line_), "%zx\r\n",
+                                  writing_.size());
+      buffers[1] = asio::buffer(chunk_size_line_, static_cast<size_t>(n));
+      buffers[3] = asio::buffer(kCrlf.data(), kCrlf.size());
     }
-    if (last) {
-      terminator.emplace();
-      AppendBuffers(*terminator, &buffers);
-    }
-  } else if (events.size() > 0) {
-    buffers.push_back(events);
+    buffers[2] = asio::buffer(writing_);
   }
+  if (chunked && last) buffers[4] = asio::buffer(kLastChunk.data(), kLastChunk.size());
   const boost::system::error_code ec = co_await socket_->Write(buffers, deadline);
   writing_.clear();
   if (ec) {

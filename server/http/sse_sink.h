@@ -10,7 +10,10 @@
 // unframed and the connection closes after the stream. A write is bounded by
 // the deadline the router passes: the connection's timer closes the socket
 // when it passes. Flush completes when the kernel took the bytes, so Drain()
-// has nothing left to wait for.
+// has nothing left to wait for. In steady state a flush allocates nothing:
+// the buffers are reused and the gather list is a fixed array (Beast's
+// chunk_body would allocate its size line per chunk, so the chunk framing of
+// RFC 9112 §7.1 — hex size, CRLF, data, CRLF — is laid out here).
 //
 // Finish() only records the outcome: the connection coroutine, once
 // Router::Serve returned, writes the stream's end with End() — `[DONE]` or
@@ -21,11 +24,11 @@
 #ifndef NARWHAL_SERVER_HTTP_SSE_SINK_H_
 #define NARWHAL_SERVER_HTTP_SSE_SINK_H_
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <boost/asio/buffer.hpp>
 
@@ -72,7 +75,10 @@ class SseSink final : public router::ResponseSink {
   std::string pending_;  // events appended since the last flush
   std::string writing_;  // the events of the write in flight (kept for reuse)
   std::string head_;
-  std::vector<boost::asio::const_buffer> iov_;  // of the write in flight
+  // The gather list of the write in flight: head, chunk size line, events,
+  // chunk CRLF, last chunk (unused entries are empty).
+  std::array<boost::asio::const_buffer, 5> iov_;
+  char chunk_size_line_[24] = {};
   std::optional<router::Outcome> outcome_;
 };
 
