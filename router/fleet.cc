@@ -396,7 +396,7 @@ void Fleet::PublishAllLocked() {
 void Fleet::PublishEvent(nlohmann::json event) {
   if (!event.contains("at")) event["at"] = clock_.WallNow();
   if (events_ != nullptr) event = events_->Publish(std::move(event));
-  if (journal_ != nullptr) journal_->Write(event);
+  if (journal_ != nullptr) journal_->Write(std::move(event));
 }
 
 void Fleet::Emit(const std::vector<BreakerEvent>& events) {

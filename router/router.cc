@@ -629,7 +629,7 @@ void Router::WriteJournal(const Request& request, const Outcome& outcome,
       {"output_tokens", outcome.output_tokens},
   };
   for (auto it = attempt_info.begin(); it != attempt_info.end(); ++it) row[it.key()] = *it;
-  journal_->Write(row);
+  journal_->Write(std::move(row));
 }
 
 void Router::Drain(engines::MonoClock::duration grace) {

@@ -272,6 +272,9 @@ int Serve(const Args& args) {
   shim.Join();
   monitor.Stop();
   loops.Stop();
+  // Every request has ended and queued its row: put them in the file now
+  // (the journal's destructor drains again, after the last event row).
+  if (journal) journal->Flush();
   LogInfo("narwhal-serve: stopped");
   return 0;
 }

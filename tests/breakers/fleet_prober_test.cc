@@ -134,6 +134,7 @@ class FleetProberTest : public ::testing::Test {
   }
 
   std::vector<json> JournalRows() {
+    journal_->Flush();  // rows are written by the journal's own thread
     std::vector<json> rows;
     std::ifstream in(journal_path_);
     for (std::string line; std::getline(in, line);) {

@@ -159,6 +159,7 @@ class RouterTest : public ::testing::Test {
   }
 
   json Row(const std::string& rid) {
+    journal_->Flush();  // rows are written by the journal's own thread
     for (const json& row : nt::ReadJournal(journal_path_)) {
       if (row.value("rid", "") == rid) return row;
     }
@@ -1140,6 +1141,7 @@ TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
     EXPECT_EQ(fake_.decode_calls().back().target.iid, other);
   }
   bool journaled = false;
+  journal_->Flush();
   for (const json& row : nt::ReadJournal(journal_path_)) {
     journaled = journaled || (row.value("event", "") == "engine_hold_started" &&
                               row.value("iid", "") == held &&
@@ -1359,6 +1361,7 @@ TEST_F(RouterTest, EveryRequestWritesExactlyOneJournalRow) {
   std::vector<std::string> rids(3);
   for (std::string& rid : rids) Run(true, Api::kCompletions, &rid);
   std::vector<json> rows;
+  journal_->Flush();
   for (json& row : nt::ReadJournal(journal_path_)) {
     if (row.contains("rid")) rows.push_back(std::move(row));  // not event rows
   }

@@ -136,6 +136,7 @@ class HttpDoorTest : public ::testing::Test {
 
   // Request rows of the journal, in order.
   std::vector<json> JournalRows() const {
+    journal_->Flush();  // rows are written by the journal's own thread
     std::vector<json> rows;
     std::ifstream in(journal_path_);
     for (std::string line; std::getline(in, line);) {
