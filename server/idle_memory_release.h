@@ -39,7 +39,7 @@ class IdleMemoryRelease {
   // runs on the background thread.
   IdleMemoryRelease(std::function<int()> inflight,
                     std::chrono::milliseconds sample = std::chrono::seconds(1),
-                    int idle_samples = 5, Release release = nullptr);
+                    int idle_samples = 3, Release release = nullptr);
   ~IdleMemoryRelease();
   IdleMemoryRelease(const IdleMemoryRelease&) = delete;
   IdleMemoryRelease& operator=(const IdleMemoryRelease&) = delete;
