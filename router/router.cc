@@ -7,6 +7,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include "router/assembler.h"
@@ -490,7 +491,10 @@ Router::~Router() {
     std::lock_guard<std::mutex> lock(live_mu_);
     live = !live_.empty();
   }
-  if (live) Drain(engines::MonoClock::duration::zero());
+  if (live) {
+    accepting_.store(false);
+    CancelLiveAndWait();
+  }
 }
 
 std::string Router::NewRequestId() {
@@ -632,15 +636,34 @@ void Router::WriteJournal(const Request& request, const Outcome& outcome,
   journal_->Write(std::move(row));
 }
 
-void Router::Drain(engines::MonoClock::duration grace) {
+void Router::Drain(engines::MonoClock::duration grace, const engines::Executor& executor) {
   accepting_.store(false);
+  // The grace period ends when the clock's timer fires on the loop; the
+  // timer lives and dies there.
+  auto grace_over = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<engines::Timer> timer = clock_.NewTimer(executor);
+  const engines::MonoTime deadline = clock_.Now() + grace;
+  boost::asio::post(executor, [timer, deadline, grace_over] {
+    timer->AsyncWait(deadline, [grace_over](bool) { grace_over->store(true); });
+  });
   std::unique_lock<std::mutex> lock(live_mu_);
-  live_cv_.wait_for(lock, grace, [&] { return live_.empty(); });
+  // Woken by each finished request; the flag is looked at every 10 ms.
+  while (!live_.empty() && !grace_over->load()) {
+    live_cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  lock.unlock();
+  boost::asio::post(executor, [timer] { timer->Cancel(); });
+  CancelLiveAndWait();
+}
+
+void Router::CancelLiveAndWait() {
+  std::unique_lock<std::mutex> lock(live_mu_);
   std::vector<std::shared_ptr<ResponseSink>> rest = live_;
   lock.unlock();
   for (auto& sink : rest) sink->cancel_token().Cancel();
   lock.lock();
-  // Cancelled legs unwind within moments; the bound only guards against bugs.
+  // Cancelled legs unwind within moments (on the loops, not on the clock);
+  // the real-time bound only guards against bugs.
   live_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return live_.empty(); });
 }
 

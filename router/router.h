@@ -77,8 +77,10 @@ class Router {
   void RecordRefused(const Request& request, const Outcome& outcome);
 
   // Graceful shutdown: refuse new requests, let in-flight ones finish for up
-  // to `grace`, then cancel the rest and wait for them to unwind.
-  void Drain(engines::MonoClock::duration grace);
+  // to `grace` — measured on the injected clock, by a timer on `executor`'s
+  // loop — then cancel the rest and wait for them to unwind. Blocks: call it
+  // from a thread that runs no event loop.
+  void Drain(engines::MonoClock::duration grace, const engines::Executor& executor);
 
   int inflight() const { return inflight_.load(); }
   const RetryBudget& retry_budget() const { return retry_budget_; }
@@ -93,6 +95,8 @@ class Router {
   void WriteJournal(const Request& request, const Outcome& outcome,
                     const nlohmann::json& attempt_info);
   double Backoff(int failed_attempt);
+  // Cancels every admitted request and waits until each has finished.
+  void CancelLiveAndWait();
 
   const Settings& settings_;
   engines::AsyncEngineClient& engines_;

@@ -264,7 +264,7 @@ int Serve(const Args& args) {
   // The admin API ends its event streams and pending calls at once.
   admin.Shutdown();
   admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s));
+  router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s), loops.executor(0));
   // The last events of finished requests still reach their clients.
   shim.WaitIdle(std::max(drain_deadline, clock.Now() + std::chrono::seconds(1)));
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -22,6 +23,7 @@
 
 #include "engines/engine_failure.h"
 #include "engines/io_loops.h"
+#include "engines/sync_engine_client.h"
 #include "router/fleet.h"
 #include "router/journal.h"
 #include "router/metrics.h"
@@ -1311,7 +1313,7 @@ TEST_F(RouterTest, Admission_SlotIsFreeOnceTheOutcomeIsVisible) {
 
 TEST_F(RouterTest, Admission_SubmitAfterDrainIs503) {
   Start();
-  router_->Drain(0s);
+  router_->Drain(0s, loops_.executor(0));
   Request req = MakeRequest(true);
   const std::string rid = req.rid;
   Result r = Run(std::move(req));
@@ -1327,12 +1329,70 @@ TEST_F(RouterTest, DrainCancelsRequestsThatOutliveTheGrace) {
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
   std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
-  router_->Drain(0s);
+  router_->Drain(0s, loops_.executor(0));
   EXPECT_EQ(router_->inflight(), 0);
   Result r = Collect(*channel);
   EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
   EXPECT_TRUE(fake_.decode_calls()[0].saw_cancel);
   ExpectNoReservations();
+}
+
+// The grace period is measured on the injected clock: 29 fake seconds into
+// a 30 s grace the stalled request still runs; at 30 s it is cancelled and
+// Drain returns. No real time passes in between beyond loop turns.
+TEST_F(RouterTest, DrainGraceRunsOnTheInjectedClock) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
+  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  const size_t timers_before = clock_.pending_timers();
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    router_->Drain(30s, loops_.executor(0));
+    drained = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (clock_.pending_timers() <= timers_before && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GT(clock_.pending_timers(), timers_before) << "the grace timer was never armed";
+  clock_.Advance(29s);
+  // Let the loop run the timers that are due and Drain look at its flag.
+  engines::RunBlocking<bool>(loops_.executor(0), []() -> engines::Awaitable<bool> { co_return true; });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(drained.load()) << "Drain ended before its grace on the injected clock";
+  EXPECT_FALSE(fake_.decode_calls()[0].saw_cancel);
+  clock_.Advance(1s);
+  const auto advanced = std::chrono::steady_clock::now();
+  while (!drained.load() && std::chrono::steady_clock::now() - advanced < 5s) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_TRUE(drained.load()) << "the grace ended on the clock but Drain did not return";
+  drainer.join();
+  Result r = Collect(*channel);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_TRUE(fake_.decode_calls()[0].saw_cancel);
+  ExpectNoReservations();
+}
+
+// A request that ends within the grace lets Drain return without any time
+// passing on the clock.
+TEST_F(RouterTest, DrainReturnsWhenTheLastRequestEnds) {
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
+  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
+  ASSERT_TRUE(fake_.WaitForBlocked(1));
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    router_->Drain(30s, loops_.executor(0));
+    drained = true;
+  });
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(drained.load());
+  channel->cancel_token().Cancel();  // the client goes away: the request ends
+  drainer.join();
+  EXPECT_TRUE(drained.load());
+  EXPECT_EQ(Collect(*channel).outcome.terminal, Terminal::kCancelled);
 }
 
 TEST_F(RouterTest, RecordRefusedJournalsAndCounts) {
