@@ -16,7 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "narwhal/admin/v1/admin.grpc.pb.h"
-#include "tests/admin/serve_process.h"
+#include "tests/fakes/command.h"
+#include "tests/fakes/serve_process.h"
 #include "tests/fakes/sim_process.h"
 
 namespace narwhal::testing {
@@ -24,25 +25,20 @@ namespace {
 
 namespace pb = narwhal::admin::v1;
 
-const std::vector<std::string> kEphemeralListeners = {"--http",      "127.0.0.1:0", "--grpc",
-                                                      "127.0.0.1:0", "--admin",     "127.0.0.1:0"};
-
 std::string Buf() { return NARWHAL_BUF_BINARY; }
 
-std::vector<std::string> Args(std::vector<std::string> extra) {
-  std::vector<std::string> args = kEphemeralListeners;
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
+// narwhal-serve with exactly `args` (no journal; loopback listeners on port
+// 0 unless `args` names them), ready.
 std::unique_ptr<ServeProcess> StartServe(std::vector<std::string> args,
                                          const std::map<std::string, std::string>& env = {}) {
-  auto serve = ServeProcess::Start(std::move(args), env);
+  ServeOptions options;
+  options.journal = false;
+  options.args = std::move(args);
+  for (const auto& [k, v] : env) options.env.emplace_back(k, v);
+  options.ready_timeout = absl::Seconds(90);
+  auto serve = ServeProcess::Start(std::move(options));
   EXPECT_TRUE(serve.ok()) << serve.status();
-  if (!serve.ok()) return nullptr;
-  const absl::Status ready = (*serve)->WaitReady(absl::Seconds(90));
-  EXPECT_TRUE(ready.ok()) << ready;
-  return ready.ok() ? std::move(*serve) : nullptr;
+  return serve.ok() ? std::move(*serve) : nullptr;
 }
 
 // buf curl against the admin listener: `method` of narwhal.admin.v1.Admin
@@ -83,7 +79,7 @@ class AdminEndToEndTest : public ::testing::Test {
 };
 
 TEST_F(AdminEndToEndTest, ReadyLineNamesEveryListenerWithItsActualPort) {
-  auto serve = StartServe(Args({}));
+  auto serve = StartServe({});
   ASSERT_TRUE(serve);
   EXPECT_EQ(serve->ready_line(),
             "narwhal-serve ready http=127.0.0.1:" + std::to_string(serve->http_port()) +
@@ -97,7 +93,7 @@ TEST_F(AdminEndToEndTest, ReadyLineNamesEveryListenerWithItsActualPort) {
 }
 
 TEST_F(AdminEndToEndTest, BufCurlFindsTheAdminServiceByReflection) {
-  auto serve = StartServe(Args({}));
+  auto serve = StartServe({});
   ASSERT_TRUE(serve);
   CommandResult services = BufCurl(*serve, "--list-services");
   ASSERT_EQ(services.exit_code, 0) << services.err;
@@ -114,7 +110,7 @@ TEST_F(AdminEndToEndTest, BufCurlFindsTheAdminServiceByReflection) {
 }
 
 TEST_F(AdminEndToEndTest, BufCurlListEnginesAndGetConfigWithoutProtoFiles) {
-  auto serve = StartServe(Args({}));
+  auto serve = StartServe({});
   ASSERT_TRUE(serve);
   const nlohmann::json list = ParseOutput(BufCurl(*serve, "ListEngines"));
   ASSERT_TRUE(list.contains("engines")) << list.dump(2);
@@ -142,7 +138,7 @@ TEST_F(AdminEndToEndTest, BufCurlListEnginesAndGetConfigWithoutProtoFiles) {
 }
 
 TEST_F(AdminEndToEndTest, StartupPreflightIsKeptAndRunPreflightReplacesIt) {
-  auto serve = StartServe(Args({"--preflight"}));
+  auto serve = StartServe({"--preflight"});
   ASSERT_TRUE(serve);
   const nlohmann::json startup = ParseOutput(BufCurl(*serve, "GetPreflightReport"));
   EXPECT_EQ(startup["passed"], true) << startup.dump(2);
@@ -172,7 +168,7 @@ TEST_F(AdminEndToEndTest, StartupPreflightIsKeptAndRunPreflightReplacesIt) {
 }
 
 TEST_F(AdminEndToEndTest, GetPreflightReportBeforeAnyIsFailedPrecondition) {
-  auto serve = StartServe(Args({}));
+  auto serve = StartServe({});
   ASSERT_TRUE(serve);
   const CommandResult r = BufCurl(*serve, "GetPreflightReport");
   EXPECT_NE(r.exit_code, 0);
@@ -236,15 +232,13 @@ TEST_F(AdminEndToEndTest, PreflightFlagExitsOneBeforeBindingWhenDecodeNeverStart
       (*p0)->url(), (*d0)->url(),
       {{"listen",
         {{"http", http.address()}, {"grpc", grpc.address()}, {"admin", admin.address()}}}});
-  auto serve = ServeProcess::Start({"--config", config, "--preflight"});
-  ASSERT_TRUE(serve.ok()) << serve.status();
-  const std::optional<int> status = (*serve)->Wait(absl::Seconds(120));
+  const ExitReport run =
+      ServeProcess::Run({"--config", config, "--preflight"}, nullptr, absl::Seconds(120));
   unlink(config.c_str());
-  ASSERT_TRUE(status.has_value()) << "narwhal-serve --preflight did not exit";
-  ASSERT_TRUE(WIFEXITED(*status)) << *status;
-  EXPECT_EQ(WEXITSTATUS(*status), 1);
-  const std::string err = (*serve)->Stderr();
-  EXPECT_EQ((*serve)->RemainingStdout(), "");
+  ASSERT_TRUE(run.exit_code.has_value()) << "narwhal-serve --preflight did not exit";
+  EXPECT_EQ(*run.exit_code, 1);
+  const std::string& err = run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "");
   EXPECT_NE(err.find("preflight failed"), std::string::npos) << err;
   EXPECT_NE(err.find("unconfirmed_transfer"), std::string::npos) << err;
   EXPECT_EQ(err.find("cannot bind"), std::string::npos) << err;
@@ -256,7 +250,7 @@ TEST_F(AdminEndToEndTest, AdminTokenFromTheEnvironmentIsRequired) {
   ASSERT_TRUE(p0.ok() && d0.ok());
   const std::string config = WriteConfig((*p0)->url(), (*d0)->url(),
                                          {{"admin", {{"token_env", "NARWHAL_TEST_ADMIN_TOKEN"}}}});
-  auto serve = StartServe(Args({"--config", config}), {{"NARWHAL_TEST_ADMIN_TOKEN", "t0ken"}});
+  auto serve = StartServe({"--config", config}, {{"NARWHAL_TEST_ADMIN_TOKEN", "t0ken"}});
   unlink(config.c_str());
   ASSERT_TRUE(serve);
   const CommandResult refused = BufCurl(*serve, "ListEngines");
@@ -272,7 +266,7 @@ TEST_F(AdminEndToEndTest, AdminTokenFromTheEnvironmentIsRequired) {
 }
 
 TEST_F(AdminEndToEndTest, SigtermEndsWatchEventsStreamsAndExitsZero) {
-  auto serve = StartServe(Args({}));
+  auto serve = StartServe({});
   ASSERT_TRUE(serve);
   auto channel = grpc::CreateChannel(serve->admin_address(), grpc::InsecureChannelCredentials());
   auto stub = pb::Admin::NewStub(channel);
@@ -300,10 +294,9 @@ TEST_F(AdminEndToEndTest, SigtermEndsWatchEventsStreamsAndExitsZero) {
   const grpc::Status s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
-  const std::optional<int> status = serve->Wait(absl::Seconds(30));
-  ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFEXITED(*status)) << "wait status " << *status << "; stderr:\n" << serve->Stderr();
-  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  const std::optional<int> code = serve->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << serve->StderrTail();
 }
 
 }  // namespace

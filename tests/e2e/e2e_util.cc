@@ -578,4 +578,8 @@ std::unique_ptr<E2eTest::Occupation> E2eTest::Occupy(ServeProcess& router, const
   return occupation;
 }
 
+CommandResult RunShell(const std::string& command, absl::Duration timeout) {
+  return RunCommand({"/bin/sh", "-c", command}, timeout);
+}
+
 }  // namespace narwhal::testing

@@ -18,8 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "tests/e2e/serve_process.h"
+#include "tests/fakes/command.h"
 #include "tests/fakes/http_capture.h"
+#include "tests/fakes/serve_process.h"
 #include "tests/fakes/sim_process.h"
 
 namespace narwhal::testing {
@@ -193,6 +194,9 @@ class E2eTest : public ::testing::Test {
 
   static std::map<std::string, std::unique_ptr<SimProcess>>* sims_;
 };
+
+// Runs `command` through /bin/sh; its exit code and stdout (stderr in err).
+CommandResult RunShell(const std::string& command, absl::Duration timeout = absl::Seconds(120));
 
 }  // namespace narwhal::testing
 

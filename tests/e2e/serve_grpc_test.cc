@@ -138,23 +138,6 @@ HttpOutcome OutcomeOf(const HttpCapture& c) {
   return o;
 }
 
-// Runs `command` through the shell; its exit code and combined output.
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CommandResult RunShell(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 // Splits concatenated JSON documents (buf curl prints one per message).
 std::vector<json> JsonDocuments(const std::string& text) {
@@ -214,26 +197,26 @@ TEST_F(ServeGrpcTest, BufCurlListsMethodsAndGeneratesThroughReflection) {
   ServeProcess& router = StartRouter({"p0", "d0"});
   const std::string url = absl::StrCat("http://127.0.0.1:", router.grpc_port());
   CommandResult list = RunShell(BufCurl("--list-methods " + url));
-  EXPECT_EQ(list.exit_code, 0) << list.output;
-  EXPECT_TRUE(absl::StrContains(list.output, "narwhal.v1.Inference/Generate")) << list.output;
-  EXPECT_TRUE(absl::StrContains(list.output, "narwhal.v1.Inference/Complete")) << list.output;
+  EXPECT_EQ(list.exit_code, 0) << list.out;
+  EXPECT_TRUE(absl::StrContains(list.out, "narwhal.v1.Inference/Generate")) << list.out;
+  EXPECT_TRUE(absl::StrContains(list.out, "narwhal.v1.Inference/Complete")) << list.out;
 
   CountRequest(router);
   CommandResult gen = RunShell(BufCurl(
       absl::StrCat("-d '{\"model\":\"", kModel,
                    "\",\"prompt\":\"buf prompt\",\"maxTokens\":5,\"requestId\":\"buf-1\"}' ", url,
                    "/narwhal.v1.Inference/Generate")));
-  ASSERT_EQ(gen.exit_code, 0) << gen.output;
-  std::vector<json> messages = JsonDocuments(gen.output);
-  ASSERT_FALSE(messages.empty()) << gen.output;
+  ASSERT_EQ(gen.exit_code, 0) << gen.out;
+  std::vector<json> messages = JsonDocuments(gen.out);
+  ASSERT_FALSE(messages.empty()) << gen.out;
   int deltas = 0;
   for (size_t i = 0; i + 1 < messages.size(); ++i) {
     EXPECT_TRUE(messages[i].contains("delta")) << messages[i].dump();
     if (messages[i].contains("delta") && messages[i]["delta"].contains("text")) ++deltas;
   }
-  EXPECT_EQ(deltas, 5) << gen.output;
+  EXPECT_EQ(deltas, 5) << gen.out;
   const json& last = messages.back();
-  ASSERT_TRUE(last.contains("final")) << gen.output;
+  ASSERT_TRUE(last.contains("final")) << gen.out;
   EXPECT_FALSE(last["final"].value("requestId", "").empty()) << last.dump();
   EXPECT_GT(last["final"].value("ttftS", 0.0), 0) << last.dump();
   EXPECT_GE(last["final"].value("firstByteS", 0.0), last["final"].value("ttftS", 0.0));
@@ -246,19 +229,19 @@ TEST_F(ServeGrpcTest, BufCurlListsMethodsAndGeneratesThroughReflection) {
   CommandResult wrong =
       RunShell(BufCurl(absl::StrCat("-d '{\"model\":\"no-such-model\",\"prompt\":\"x\"}' ", url,
                                     "/narwhal.v1.Inference/Generate")));
-  EXPECT_NE(wrong.exit_code, 0) << wrong.output;
-  EXPECT_TRUE(absl::StrContains(wrong.output, "not_found")) << wrong.output;
+  EXPECT_NE(wrong.exit_code, 0) << wrong.out;
+  EXPECT_TRUE(absl::StrContains(wrong.out, "not_found")) << wrong.out;
   // buf prints the detail as {"type": "narwhal.v1.ErrorInfo", "value": <base64>}.
-  std::vector<json> docs = JsonDocuments(wrong.output);
-  ASSERT_FALSE(docs.empty()) << wrong.output;
+  std::vector<json> docs = JsonDocuments(wrong.out);
+  ASSERT_FALSE(docs.empty()) << wrong.out;
   const json& error = docs.back();
-  EXPECT_EQ(error.value("code", ""), "not_found") << wrong.output;
-  ASSERT_TRUE(error.contains("details") && error["details"].size() == 1) << wrong.output;
-  EXPECT_EQ(error["details"][0].value("type", ""), "narwhal.v1.ErrorInfo") << wrong.output;
+  EXPECT_EQ(error.value("code", ""), "not_found") << wrong.out;
+  ASSERT_TRUE(error.contains("details") && error["details"].size() == 1) << wrong.out;
+  EXPECT_EQ(error["details"][0].value("type", ""), "narwhal.v1.ErrorInfo") << wrong.out;
   std::string bytes;
-  ASSERT_TRUE(absl::Base64Unescape(error["details"][0].value("value", ""), &bytes)) << wrong.output;
+  ASSERT_TRUE(absl::Base64Unescape(error["details"][0].value("value", ""), &bytes)) << wrong.out;
   narwhal::v1::ErrorInfo info;
-  ASSERT_TRUE(info.ParseFromString(bytes)) << wrong.output;
+  ASSERT_TRUE(info.ParseFromString(bytes)) << wrong.out;
   EXPECT_EQ(info.http_status(), 404);
   EXPECT_EQ(info.type(), "invalid_request_error");
   EXPECT_FALSE(info.output_started());

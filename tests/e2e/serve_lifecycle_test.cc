@@ -185,22 +185,6 @@ TEST_F(ServeLifecycleTest, BadArgumentsExit2) {
 
 // --- metrics (SPEC §8) -----------------------------------------------------------
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CommandResult RunShell(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 class ServeMetricsTest : public E2eTest {};
 
@@ -256,8 +240,8 @@ TEST_F(ServeMetricsTest, PromtoolAcceptsTheExpositionAndCountsMatchTheRequests) 
   std::ofstream(file) << r.body;
   CommandResult promtool =
       RunShell(absl::StrCat("timeout 60 promtool check metrics < '", file, "' 2>&1"));
-  EXPECT_EQ(promtool.exit_code, 0) << promtool.output;
-  EXPECT_EQ(promtool.output, "") << "promtool check metrics must report nothing";
+  EXPECT_EQ(promtool.exit_code, 0) << promtool.out;
+  EXPECT_EQ(promtool.out, "") << "promtool check metrics must report nothing";
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "tests/e2e/serve_process.h"
+#include "tests/fakes/serve_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -231,6 +231,7 @@ absl::StatusOr<std::unique_ptr<ServeProcess>> ServeProcess::Start(ServeOptions o
     return absl::FailedPreconditionError(message);
   }
   // narwhal-serve ready http=HOST:PORT grpc=HOST:PORT [admin=HOST:PORT]
+  serve->ready_line_ = line;
   for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
     const size_t eq = field.find('=');
     if (eq == absl::string_view::npos) continue;
@@ -335,6 +336,12 @@ int ServeProcess::port(const std::string& key) const {
 }
 
 std::string ServeProcess::grpc_target() const { return absl::StrCat("127.0.0.1:", grpc_port()); }
+
+std::string ServeProcess::admin_address() const {
+  return absl::StrCat("127.0.0.1:", admin_port());
+}
+
+std::string ServeProcess::admin_url() const { return "http://" + admin_address(); }
 
 std::vector<nlohmann::json> ServeProcess::JournalRows() const {
   std::vector<nlohmann::json> rows;

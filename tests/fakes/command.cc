@@ -1,20 +1,15 @@
-#include "tests/admin/serve_process.h"
+#include "tests/fakes/command.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <regex>
-#include <sstream>
+#include <optional>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -127,106 +122,6 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
   }
   if (status && WIFEXITED(*status)) result.exit_code = WEXITSTATUS(*status);
   return result;
-}
-
-std::string ServeProcess::BinaryPath() { return NARWHAL_SERVE_BINARY; }
-
-absl::StatusOr<std::unique_ptr<ServeProcess>> ServeProcess::Start(
-    std::vector<std::string> args, const std::map<std::string, std::string>& env) {
-  std::unique_ptr<ServeProcess> p(new ServeProcess());
-  char path[] = "/tmp/narwhal-serve-stderr-XXXXXX";
-  const int err_fd = mkstemp(path);
-  if (err_fd < 0) return absl::InternalError(absl::StrCat("mkstemp: ", std::strerror(errno)));
-  p->stderr_path_ = path;
-  int out_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-    close(err_fd);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  args.insert(args.begin(), BinaryPath());
-  p->pid_ = Spawn(args, env, out_pipe[1], err_fd);
-  close(out_pipe[1]);
-  close(err_fd);
-  p->stdout_fd_ = out_pipe[0];
-  if (p->pid_ < 0) return absl::InternalError("cannot fork narwhal-serve");
-  return p;
-}
-
-ServeProcess::~ServeProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGTERM);
-    if (!WaitFor(pid_, absl::Seconds(10))) {
-      kill(pid_, SIGKILL);
-      WaitFor(pid_, absl::Seconds(10));
-    }
-  }
-  if (stdout_fd_ >= 0) close(stdout_fd_);
-  if (!stderr_path_.empty()) unlink(stderr_path_.c_str());
-}
-
-absl::Status ServeProcess::WaitReady(absl::Duration timeout) {
-  static const std::regex kReady(
-      R"(^narwhal-serve ready http=([^ ]+):(\d+) grpc=([^ ]+):(\d+) admin=([^ ]+):(\d+)$)");
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    const size_t newline = buffered_.find('\n');
-    if (newline != std::string::npos) {
-      ready_line_ = buffered_.substr(0, newline);
-      buffered_.erase(0, newline + 1);
-      std::smatch m;
-      if (!std::regex_match(ready_line_, m, kReady)) {
-        return absl::InternalError("unexpected first stdout line: " + ready_line_);
-      }
-      http_port_ = std::stoi(m[2]);
-      grpc_port_ = std::stoi(m[4]);
-      admin_port_ = std::stoi(m[6]);
-      return absl::OkStatus();
-    }
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError("no ready line; stderr:\n" + Stderr());
-    }
-    pollfd fd = {stdout_fd_, POLLIN, 0};
-    if (poll(&fd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1) < 0 && errno != EINTR) {
-      return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
-    }
-    if (fd.revents != 0 && !ReadSome(stdout_fd_, &buffered_)) {
-      const std::optional<int> status = Wait(absl::Seconds(10));
-      return absl::FailedPreconditionError(
-          absl::StrCat("narwhal-serve exited (wait status ", status.value_or(-1),
-                       ") before its ready line; stderr:\n", Stderr()));
-    }
-  }
-}
-
-std::string ServeProcess::admin_address() const { return absl::StrCat("127.0.0.1:", admin_port_); }
-
-std::string ServeProcess::admin_url() const { return "http://" + admin_address(); }
-
-void ServeProcess::Signal(int signal) {
-  if (pid_ > 0) kill(pid_, signal);
-}
-
-std::optional<int> ServeProcess::Wait(absl::Duration timeout) {
-  if (pid_ <= 0) return std::nullopt;
-  std::optional<int> status = WaitFor(pid_, timeout);
-  if (status) pid_ = -1;
-  return status;
-}
-
-std::string ServeProcess::RemainingStdout() {
-  if (stdout_fd_ >= 0) {
-    while (ReadSome(stdout_fd_, &buffered_)) {
-    }
-  }
-  return buffered_;
-}
-
-std::string ServeProcess::Stderr() const {
-  std::ifstream in(stderr_path_);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace narwhal::testing

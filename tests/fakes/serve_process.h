@@ -1,4 +1,5 @@
-// A real narwhal-serve process for end-to-end tests: a fleet config written
+// A real narwhal-serve process for end-to-end tests (the one process helper
+// of the e2e and admin suites): a fleet config written
 // to a scratch directory, the binary spawned with loopback listeners on port
 // 0, its ready line parsed by key, its stderr captured to a file (quoted in
 // failure messages) and its journal read back.
@@ -13,8 +14,8 @@
 // The child gets PR_SET_PDEATHSIG(SIGKILL): a test process that dies takes
 // its routers with it. Start a ServeProcess from a thread that outlives it
 // (the test's main thread). Not thread-safe.
-#ifndef NARWHAL_TESTS_E2E_SERVE_PROCESS_H_
-#define NARWHAL_TESTS_E2E_SERVE_PROCESS_H_
+#ifndef NARWHAL_TESTS_FAKES_SERVE_PROCESS_H_
+#define NARWHAL_TESTS_FAKES_SERVE_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -85,8 +86,14 @@ class ServeProcess {
   int port(const std::string& key) const;
   int http_port() const { return port("http"); }
   int grpc_port() const { return port("grpc"); }
+  int admin_port() const { return port("admin"); }
   // "127.0.0.1:<grpc port>", for gRPC channels.
   std::string grpc_target() const;
+  // "127.0.0.1:<admin port>" and "http://127.0.0.1:<admin port>" (buf curl).
+  std::string admin_address() const;
+  std::string admin_url() const;
+  // The ready line as printed (without the newline).
+  const std::string& ready_line() const { return ready_line_; }
 
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
@@ -133,6 +140,7 @@ class ServeProcess {
   std::string journal_path_;
   std::string stderr_path_;
   std::map<std::string, std::string> ready_;
+  std::string ready_line_;
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
   bool keep_scratch_ = false;
@@ -145,4 +153,4 @@ absl::StatusOr<std::string> MakeScratchDir(const std::string& prefix);
 
 }  // namespace narwhal::testing
 
-#endif  // NARWHAL_TESTS_E2E_SERVE_PROCESS_H_
+#endif  // NARWHAL_TESTS_FAKES_SERVE_PROCESS_H_
