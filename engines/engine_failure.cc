@@ -1,5 +1,7 @@
 #include "engines/engine_failure.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "engines/json_limits.h"
@@ -7,9 +9,98 @@
 namespace narwhal::engines {
 namespace {
 
-constexpr size_t kMaxMessageChars = 500;
+// Error bodies up to this size are parsed for their message; larger ones are
+// taken as text (no document is built from an oversized body).
+constexpr size_t kMaxParsedErrorBody = 64 * 1024;
+constexpr std::string_view kEllipsis = "...";
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// The length of the well-formed character at the start of [p, end), or 0
+// when it is ill-formed; *subpart is then the length of the maximal subpart
+// to replace by one U+FFFD (at least 1).
+size_t CharLength(const unsigned char* p, const unsigned char* end, size_t* subpart) {
+  const unsigned char b0 = p[0];
+  if (b0 < 0x80) return 1;
+  size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    if (b0 == 0xE0) lo = 0xA0;  // no overlongs
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    if (b0 == 0xF0) lo = 0x90;  // no overlongs
+    if (b0 == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
+  } else {
+    *subpart = 1;  // a continuation byte, C0/C1 or F5..FF
+    return 0;
+  }
+  const size_t avail = static_cast<size_t>(end - p);
+  for (size_t i = 1; i < len; ++i) {
+    const unsigned char b = i < avail ? p[i] : 0;
+    const bool ok = i < avail && (i == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF));
+    if (!ok) {
+      *subpart = i;
+      return 0;
+    }
+  }
+  return len;
+}
 
 }  // namespace
+
+bool IsValidUtf8(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto* const end = p + bytes.size();
+  while (p < end) {
+    if (*p < 0x80) {
+      ++p;
+      continue;
+    }
+    size_t subpart = 0;
+    const size_t len = CharLength(p, end, &subpart);
+    if (len == 0) return false;
+    p += len;
+  }
+  return true;
+}
+
+std::string ToValidUtf8(std::string_view bytes, size_t max_bytes, bool* truncated) {
+  if (truncated != nullptr) *truncated = false;
+  if (bytes.size() <= max_bytes && IsValidUtf8(bytes)) return std::string(bytes);
+  std::string out;
+  out.reserve(std::min(bytes.size(), max_bytes));
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto* const end = p + bytes.size();
+  while (p < end) {
+    size_t subpart = 0;
+    const size_t len = CharLength(p, end, &subpart);
+    const size_t out_len = len == 0 ? kReplacement.size() : len;
+    if (out.size() + out_len > max_bytes) {
+      if (truncated != nullptr) *truncated = true;
+      break;
+    }
+    if (len == 0) {
+      out.append(kReplacement);
+      p += subpart;
+    } else {
+      out.append(reinterpret_cast<const char*>(p), len);
+      p += len;
+    }
+  }
+  return out;
+}
+
+std::string EngineText(std::string_view bytes) {
+  bool truncated = false;
+  std::string text = ToValidUtf8(bytes, kMaxEngineTextBytes, &truncated);
+  if (!truncated) return text;
+  text = ToValidUtf8(bytes, kMaxEngineTextBytes - kEllipsis.size());
+  text.append(kEllipsis);
+  return text;
+}
 
 EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
                           BreakerClass cls, int status, std::string detail, bool transient) {
@@ -20,14 +111,15 @@ EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason rea
   f.reason = reason;
   f.breaker_class = cls;
   f.status = status;
-  f.detail = std::move(detail);
+  f.detail = IsValidUtf8(detail) ? std::move(detail) : ToValidUtf8(detail);
   f.transient = transient;
   return f;
 }
 
 std::string EngineErrorMessage(const std::string& body) {
   std::string message;
-  const nlohmann::json parsed = ParseJson(body);
+  const nlohmann::json parsed =
+      body.size() <= kMaxParsedErrorBody ? ParseJson(body) : nlohmann::json();
   if (parsed.is_object()) {
     auto err = parsed.find("error");
     if (err != parsed.end() && err->is_object() && err->contains("message") &&
@@ -39,15 +131,14 @@ std::string EngineErrorMessage(const std::string& body) {
       message = parsed["message"].get<std::string>();
     }
   }
-  if (message.empty()) message = body;
-  if (message.size() > kMaxMessageChars) message = message.substr(0, kMaxMessageChars) + "...";
-  return message;
+  return EngineText(message.empty() ? std::string_view(body) : std::string_view(message));
 }
 
 EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
                                    const std::string& message, bool in_stream) {
   const std::string source = in_stream ? "engine stream error " : "engine returned HTTP ";
-  const std::string detail = source + std::to_string(engine_status) + ": " + message;
+  const std::string text = EngineText(message);
+  const std::string detail = source + std::to_string(engine_status) + ": " + text;
   EngineFailure f;
   if (engine_status == 408 || engine_status == 429) {
     f = MakeFailure(phase, iid, FailureReason::kEngineOverloaded, BreakerClass::kOverload,
@@ -56,7 +147,7 @@ EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engi
     // The client's own request was refused (e.g. prompt too long): its status
     // and message go back unchanged, and it is not evidence against the engine.
     f = MakeFailure(phase, iid, FailureReason::kEngineRejected, BreakerClass::kNone,
-                    engine_status, message, false);
+                    engine_status, text, false);
   } else if (engine_status >= 500 && engine_status < 600) {
     f = MakeFailure(phase, iid,
                     engine_status == 504 ? FailureReason::kEngineTimeout

@@ -7,6 +7,7 @@
 #ifndef NARWHAL_ENGINES_ENGINE_FAILURE_H_
 #define NARWHAL_ENGINES_ENGINE_FAILURE_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -68,16 +69,43 @@ struct EngineFailure {
 };
 
 // A failure record with the given fields; the breaker evidence counts
-// against `iid` unless the class is kNone.
+// against `iid` unless the class is kNone. `detail` is made well-formed
+// UTF-8 (ToValidUtf8) when it is not.
 EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
                           BreakerClass cls, int status, std::string detail, bool transient);
 
+// Engine text (error messages, bodies) enters failure details and JSON
+// documents only as well-formed UTF-8: nlohmann::json refuses to serialise
+// anything else, and gRPC string fields must be UTF-8.
+
+// True when `bytes` is well-formed UTF-8 (no overlongs, surrogates or code
+// points past U+10FFFF).
+bool IsValidUtf8(std::string_view bytes);
+
+// `bytes` as well-formed UTF-8: each ill-formed subsequence (a maximal
+// subpart, as Unicode recommends) is replaced by U+FFFD. At most `max_bytes`
+// bytes are returned, cut only at a character boundary; `*truncated` (when
+// given) tells whether anything was cut. Well-formed input within the bound
+// comes back unchanged.
+std::string ToValidUtf8(std::string_view bytes, size_t max_bytes = std::string::npos,
+                        bool* truncated = nullptr);
+
+// The bound on engine text in a failure: longer text is cut (at a character
+// boundary) and ends with "...", the whole within this many bytes.
+inline constexpr size_t kMaxEngineTextBytes = 500;
+
+// `bytes` made readable: well-formed UTF-8 (ToValidUtf8) within
+// kMaxEngineTextBytes. Idempotent.
+std::string EngineText(std::string_view bytes);
+
 // The message inside an engine's error body (vLLM's nested, legacy flat or
-// string shapes; else the raw text), truncated to a readable length.
+// string shapes; else the raw text), as EngineText. Bodies larger than 64 KiB
+// are not parsed: their leading text is the message.
 std::string EngineErrorMessage(const std::string& body);
 
 // Classifies an engine's HTTP error status (or, with `in_stream`, an error
-// object inside a 200 stream, B11) into the one failure record.
+// object inside a 200 stream, B11) into the one failure record. `message` is
+// the engine's text; it is used as EngineText(message).
 EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
                                    const std::string& message, bool in_stream);
 

@@ -44,6 +44,7 @@ enum class Key : uint8_t {
   kFinishReason,
   kCompletionTokens,
   kPromptTokens,
+  kIndex,
 };
 
 Key IdentifyKey(std::string_view k) {
@@ -56,6 +57,7 @@ Key IdentifyKey(std::string_view k) {
       if (k == "error") return Key::kError;
       if (k == "delta") return Key::kDelta;
       if (k == "usage") return Key::kUsage;
+      if (k == "index") return Key::kIndex;
       break;
     case 6:
       if (k == "object") return Key::kObject;
@@ -426,14 +428,16 @@ class Scan {
   bool Choices(od::array& choices) {
     constexpr int kDepth = 3;
     int position = 0;
-    return Elements(choices, [this, &position](od::value& v) {
-      const int index = position++;
+    const bool ok = Elements(choices, [this, &position](od::value& v) {
+      const int index = position < std::numeric_limits<int>::max() ? position++ : position;
       od::json_type type;
       if (!Type(v, &type)) return false;
       if (type != od::json_type::object) return Skip(v, kDepth);
       od::object choice;
       return v.get_object().get(choice) == simdjson::SUCCESS && Choice(choice, index);
     });
+    event_->choices = position;
+    return ok;
   }
 
   bool Choice(od::object& choice, int index) {
@@ -472,6 +476,15 @@ class Scan {
           bool is_array = false;
           if (!Count(v, kDepth, &is_array, &count)) return false;
           if (is_array && count > 0) token_ids = count;
+          return true;
+        }
+        case Key::kIndex: {
+          bool has_integer = false;
+          long long i = 0;
+          if (!Integer(v, kDepth, &has_integer, &i)) return false;
+          if (has_integer && (i < 0 || i >= kMaxChoices) && !event_->stray_choice_index) {
+            event_->stray_choice_index = i;
+          }
           return true;
         }
         default:
@@ -622,6 +635,20 @@ void StreamEvent::Clear() {
   prompt_tokens = -1;
   error_status = 0;
   error_message.clear();
+  choices = 0;
+  stray_choice_index.reset();
+}
+
+std::string ChoiceBoundError(const StreamEvent& event) {
+  if (event.choices > kMaxChoices) {
+    return "decode chunk carries " + std::to_string(event.choices) + " choices; at most " +
+           std::to_string(kMaxChoices) + " are accepted";
+  }
+  if (event.stray_choice_index) {
+    return "decode chunk has choice index " + std::to_string(*event.stray_choice_index) +
+           "; choice indexes must be in 0.." + std::to_string(kMaxChoices - 1);
+  }
+  return "";
 }
 
 void StreamClassifier::Classify(std::string_view data, StreamEvent* event) {

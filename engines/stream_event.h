@@ -15,6 +15,12 @@
 //                counts no tokens, never stops the first-token clock). A
 //                kMalformed event carries no other field.
 //
+// Bounded: a decode chunk may carry at most kMaxChoices choices, each with an
+// integer `index` (when it has one) in 0..kMaxChoices-1 (the router serves
+// n = 1). The classifier reports what it saw (StreamEvent::choices,
+// stray_choice_index); ChoiceBoundError() names a violation, which fails the
+// leg (502) before the chunk reaches anyone.
+//
 // The classifier scans the payload once with simdjson On-Demand (no DOM),
 // validating all of it but copying out only what is listed in StreamEvent, and
 // reuses the caller's StreamEvent buffers: this runs for every relayed chunk.
@@ -22,10 +28,14 @@
 #define NARWHAL_ENGINES_STREAM_EVENT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace narwhal::engines {
+
+// The most choices one decode chunk may carry, and the bound on their indexes.
+inline constexpr int kMaxChoices = 16;
 
 enum class EventKind { kToken, kMetadata, kError, kDone, kMalformed };
 std::string_view EventKindName(EventKind kind);
@@ -46,9 +56,16 @@ struct StreamEvent {
   // 400..599, else 500) and message.
   int error_status = 0;
   std::string error_message;
+  // Elements of the `choices` array (0 when there is none).
+  int choices = 0;
+  // The first integer choice `index` outside 0..kMaxChoices-1, if any.
+  std::optional<long long> stray_choice_index;
 
   void Clear();
 };
+
+// Why `event` breaks the choice bounds (kMaxChoices), or "" when it does not.
+std::string ChoiceBoundError(const StreamEvent& event);
 
 // A reusable classifier: one per stream (or leg), used for each of its events.
 // It owns a simdjson On-Demand parser and a padded copy of the payload (simdjson

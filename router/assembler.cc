@@ -1,6 +1,9 @@
 #include "router/assembler.h"
 
+#include <exception>
+
 #include "engines/json_limits.h"
+#include "engines/stream_event.h"
 
 namespace narwhal::router {
 namespace {
@@ -44,6 +47,22 @@ bool Assembler::Add(std::string_view data) {
     error_ = "decode stream carried an event that is not a JSON object";
     return false;
   }
+  bool ok = false;
+  try {
+    ok = AddChunk(chunk);
+  } catch (const std::exception&) {  // out of memory: no exception text leaves
+    error_ = "decode chunk could not be assembled";
+    return false;
+  }
+  if (ok && bytes_ > max_bytes_) {
+    error_ = "assembled response exceeds " + std::to_string(max_bytes_) + " bytes";
+    ok = false;
+  }
+  return ok;
+}
+
+bool Assembler::AddChunk(const json& chunk) {
+  constexpr long long kMaxChoices = engines::kMaxChoices;
   if (id_.is_null() && chunk.contains("id")) id_ = chunk["id"];
   if (created_.is_null() && chunk.contains("created")) created_ = chunk["created"];
   if (model_.is_null() && chunk.contains("model")) model_ = chunk["model"];
@@ -52,61 +71,78 @@ bool Assembler::Add(std::string_view data) {
   }
   if (auto u = chunk.find("usage"); u != chunk.end() && u->is_object()) usage_ = *u;
   auto choices = chunk.find("choices");
-  if (choices != chunk.end() && choices->is_array()) {
-    long long position = 0;
-    for (const json& choice : *choices) {
-      if (!choice.is_object()) continue;
-      long long index = position++;
-      if (auto i = choice.find("index"); i != choice.end() && i->is_number_integer()) {
-        index = i->get<long long>();
+  if (choices == chunk.end() || !choices->is_array()) return true;
+  if (choices->size() > static_cast<size_t>(kMaxChoices)) {
+    error_ = "decode chunk carries " + std::to_string(choices->size()) + " choices; at most " +
+             std::to_string(kMaxChoices) + " are accepted";
+    return false;
+  }
+  long long position = 0;
+  for (const json& choice : *choices) {
+    if (!choice.is_object()) continue;
+    long long index = position++;
+    const auto i = choice.find("index");
+    if (i != choice.end() && i->is_number_integer()) {
+      index = i->is_number_unsigned() && i->get<unsigned long long>() > kMaxChoices
+                  ? kMaxChoices
+                  : i->get<long long>();
+      if (index < 0 || index >= kMaxChoices) {
+        error_ = "decode chunk has choice index " + i->dump() + "; choice indexes must be in 0.." +
+                 std::to_string(kMaxChoices - 1);
+        return false;
       }
-      ChoiceState& c = choices_[index];
-      AppendString(choice, "text", &c.text, &bytes_);
-      if (auto d = choice.find("delta"); d != choice.end() && d->is_object()) {
-        AppendString(*d, "content", &c.text, &bytes_);
-        AppendString(*d, "reasoning_content", &c.reasoning, &bytes_);
-        AppendString(*d, "reasoning", &c.reasoning, &bytes_);
-        if (d->contains("refusal") && (*d)["refusal"].is_string()) {
-          c.has_refusal = true;
-          AppendString(*d, "refusal", &c.refusal, &bytes_);
-        }
-        if (auto tc = d->find("tool_calls"); tc != d->end() && tc->is_array()) {
-          for (const json& call : *tc) {
-            if (!call.is_object()) continue;
-            const long long ti = call.value("index", 0LL);
-            json& merged = c.tool_calls[ti];
-            if (merged.is_null()) merged = json{{"function", {{"arguments", ""}}}};
-            for (const char* key : {"id", "type"}) {
-              if (call.contains(key) && !call[key].is_null()) merged[key] = call[key];
+    }
+    ChoiceState& c = choices_[index];
+    AppendString(choice, "text", &c.text, &bytes_);
+    if (auto d = choice.find("delta"); d != choice.end() && d->is_object()) {
+      AppendString(*d, "content", &c.text, &bytes_);
+      AppendString(*d, "reasoning_content", &c.reasoning, &bytes_);
+      AppendString(*d, "reasoning", &c.reasoning, &bytes_);
+      if (d->contains("refusal") && (*d)["refusal"].is_string()) {
+        c.has_refusal = true;
+        AppendString(*d, "refusal", &c.refusal, &bytes_);
+      }
+      if (auto tc = d->find("tool_calls"); tc != d->end() && tc->is_array()) {
+        for (const json& call : *tc) {
+          if (!call.is_object()) continue;
+          long long ti = 0;
+          if (auto t = call.find("index"); t != call.end() && t->is_number_integer()) {
+            ti = t->is_number_unsigned() && t->get<unsigned long long>() > kMaxToolCalls
+                     ? kMaxToolCalls
+                     : t->get<long long>();
+            if (ti < 0 || ti >= kMaxToolCalls) {
+              error_ = "decode chunk has tool call index " + t->dump() +
+                       "; tool call indexes must be in 0.." + std::to_string(kMaxToolCalls - 1);
+              return false;
             }
-            if (auto fn = call.find("function"); fn != call.end() && fn->is_object()) {
-              if (fn->contains("name") && (*fn)["name"].is_string()) {
-                merged["function"]["name"] = (*fn)["name"];
-              }
-              if (fn->contains("arguments") && (*fn)["arguments"].is_string()) {
-                const std::string& a = (*fn)["arguments"].get_ref<const std::string&>();
-                merged["function"]["arguments"] =
-                    merged["function"]["arguments"].get<std::string>() + a;
-                bytes_ += a.size();
-              }
+          }
+          json& merged = c.tool_calls[ti];
+          if (merged.is_null()) merged = json{{"function", {{"arguments", ""}}}};
+          for (const char* key : {"id", "type"}) {
+            if (auto v = call.find(key); v != call.end() && !v->is_null()) merged[key] = *v;
+          }
+          if (auto fn = call.find("function"); fn != call.end() && fn->is_object()) {
+            if (auto name = fn->find("name"); name != fn->end() && name->is_string()) {
+              merged["function"]["name"] = *name;
+            }
+            if (auto args = fn->find("arguments"); args != fn->end() && args->is_string()) {
+              const std::string& a = args->get_ref<const std::string&>();
+              merged["function"]["arguments"].get_ref<std::string&>() += a;
+              bytes_ += a.size();
             }
           }
         }
       }
-      if (auto lp = choice.find("logprobs"); lp != choice.end() && !lp->is_null()) {
-        MergeLogprobs(c, *lp);
-      }
-      if (auto fr = choice.find("finish_reason"); fr != choice.end() && !fr->is_null()) {
-        c.finish_reason = *fr;
-      }
-      if (auto sr = choice.find("stop_reason"); sr != choice.end() && !sr->is_null()) {
-        c.stop_reason = *sr;
-      }
     }
-  }
-  if (bytes_ > max_bytes_) {
-    error_ = "assembled response exceeds " + std::to_string(max_bytes_) + " bytes";
-    return false;
+    if (auto lp = choice.find("logprobs"); lp != choice.end() && !lp->is_null()) {
+      MergeLogprobs(c, *lp);
+    }
+    if (auto fr = choice.find("finish_reason"); fr != choice.end() && !fr->is_null()) {
+      c.finish_reason = *fr;
+    }
+    if (auto sr = choice.find("stop_reason"); sr != choice.end() && !sr->is_null()) {
+      c.stop_reason = *sr;
+    }
   }
   return true;
 }

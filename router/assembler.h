@@ -6,7 +6,11 @@
 // choice, tool_calls merged by index (arguments concatenated), logprobs
 // arrays concatenated, finish_reason and stop_reason from the last chunk
 // reporting them, usage from the engine. Bounded by max_bytes of retained
-// output. Not thread-safe (one per attempt).
+// output, by engines::kMaxChoices choices (a choice index outside
+// 0..kMaxChoices-1, or a chunk with more choices, is refused) and by
+// kMaxToolCalls tool calls per choice (indexes 0..kMaxToolCalls-1), so an
+// engine cannot grow the state by inventing indexes. Never throws on any
+// input. Not thread-safe (one per attempt).
 #ifndef NARWHAL_ROUTER_ASSEMBLER_H_
 #define NARWHAL_ROUTER_ASSEMBLER_H_
 
@@ -23,6 +27,7 @@ namespace narwhal::router {
 class Assembler {
  public:
   static constexpr size_t kDefaultMaxBytes = 16 * 1024 * 1024;
+  static constexpr long long kMaxToolCalls = 128;
   Assembler(engines::Api api, size_t max_bytes = kDefaultMaxBytes)
       : api_(api), max_bytes_(max_bytes) {}
 
@@ -46,6 +51,7 @@ class Assembler {
     nlohmann::json stop_reason;
   };
   void MergeLogprobs(ChoiceState& c, const nlohmann::json& lp);
+  bool AddChunk(const nlohmann::json& chunk);
 
   engines::Api api_;
   size_t max_bytes_;

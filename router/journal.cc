@@ -11,26 +11,14 @@
 #include <ctime>
 #include <utility>
 
+#include "router/log.h"
+
 namespace narwhal::router {
 namespace {
 
 // Serialized rows per write(2) when a batch is large.
 constexpr size_t kChunkBytes = 1 << 20;
 
-// One warning line on stderr, in the process log's format
-// ("<UTC time> WARN message"), as one write so concurrent lines stay whole.
-void LogWarning(const std::string& message) {
-  timeval tv{};
-  gettimeofday(&tv, nullptr);
-  tm utc{};
-  gmtime_r(&tv.tv_sec, &utc);
-  char stamp[64];
-  std::snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", utc.tm_year + 1900,
-                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-                static_cast<long>(tv.tv_usec / 1000));
-  const std::string line = std::string(stamp) + " WARN " + message + "\n";
-  (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "router/assembler.h"
+#include "router/log.h"
 
 namespace narwhal::router {
 namespace {
@@ -205,7 +206,9 @@ class Router::Run {
     o.reason = "internal";
     o.status = 500;
     o.error_type = ErrorType::kInternal;
-    o.message = "internal error: " + what;
+    // The cause goes to the log, never to the client.
+    LogError("request " + request_.rid + " failed internally: " + what);
+    o.message = "internal error";
     Finish(std::move(o));
   }
 
@@ -545,6 +548,8 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
     co_await run.Execute();
   } catch (const std::exception& e) {
     failed = e.what();
+  } catch (...) {
+    failed = "unknown exception";
   }
   // A router bug must still end its request exactly once (500) and free its
   // slot; Finish() is a no-op for a request that already ended.

@@ -1,6 +1,9 @@
 #include "server/config_loader.h"
 
 #include <fcntl.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,15 +14,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -28,18 +31,13 @@
 namespace narwhal::server {
 namespace {
 
+namespace pb = ::narwhal::config::v1;
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
 using json = nlohmann::json;
 using router::Settings;
 
-constexpr double kMaxDurationS = 1e7;
-constexpr double kMaxRetryBudget = 1e9;
-constexpr long long kMinRequestBytes = 1024;
-constexpr long long kMaxRequestBytes = 1LL << 30;
-constexpr int kMaxIoThreads = 64;
-constexpr int kMaxConnections = 1000000;
-constexpr int kMinHeaderBytes = 1024;
-constexpr int kMaxHeaderBytes = 1 << 20;
-constexpr int kMaxHeaders = 10000;
 constexpr size_t kMaxReportedErrors = 20;
 constexpr off_t kMaxConfigFileBytes = 16 << 20;
 constexpr size_t kMaxShownChars = 80;
@@ -57,13 +55,27 @@ std::string Show(const json& value) {
 
 std::string Quote(const std::string& s) { return Show(json(s)); }
 
-// A bound or a configured value: integers without a fraction, else shortest %g.
+// `text` with everything between its scheme ("http://", if any) and its last
+// '@' replaced by "***": a URL or address shown without its credentials.
+std::string WithoutUserinfo(absl::string_view text) {
+  const size_t at = text.rfind('@');
+  if (at == absl::string_view::npos) return std::string(text);
+  size_t start = text.find("://");
+  start = start == absl::string_view::npos || start > at ? 0 : start + 3;
+  return absl::StrCat(text.substr(0, start), "***", text.substr(at));
+}
+
+// A bound or a configured value: integers without a fraction, else the
+// shortest text that reads back as the same double.
 std::string FormatNumber(double v) {
-  char buf[32];
+  char buf[40];
   if (v == std::floor(v) && std::fabs(v) < 1e15) {
     std::snprintf(buf, sizeof buf, "%.0f", v);
-  } else {
-    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+  }
+  for (const int digits : {6, 15, 17}) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
 }
@@ -76,28 +88,39 @@ std::string TypeName(const json& v) {
 
 bool IsAnnotation(std::string_view key) { return !key.empty() && key.front() == '_'; }
 
-// All violations found so far, in the order found.
+std::string JoinPath(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+// All violations found so far. Each carries the rank of the top-level key it
+// is about (0: the document itself), and Join() lists them by rank, in the
+// order found within one rank.
 class Errors {
  public:
-  void Add(std::string message) { messages_.push_back(std::move(message)); }
+  void Add(int rank, std::string message) { messages_.push_back({rank, std::move(message)}); }
   bool empty() const { return messages_.empty(); }
 
   // "<label>: e1; e2; ..." capped at kMaxReportedErrors.
   std::string Join(absl::string_view label) const {
-    std::vector<std::string> shown(
-        messages_.begin(), messages_.begin() + std::min(messages_.size(), kMaxReportedErrors));
-    if (messages_.size() > kMaxReportedErrors) {
-      shown.push_back(absl::StrCat("(", messages_.size() - kMaxReportedErrors, " more errors)"));
+    std::vector<std::pair<int, std::string>> sorted = messages_;
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < sorted.size() && i < kMaxReportedErrors; ++i) {
+      shown.push_back(sorted[i].second);
+    }
+    if (sorted.size() > kMaxReportedErrors) {
+      shown.push_back(absl::StrCat("(", sorted.size() - kMaxReportedErrors, " more errors)"));
     }
     return absl::StrCat(label, ": ", absl::StrJoin(shown, "; "));
   }
 
  private:
-  std::vector<std::string> messages_;
+  std::vector<std::pair<int, std::string>> messages_;
 };
 
 // ---------------------------------------------------------------------------
-// Syntax-level checks: JSON parse errors and duplicate object keys.
+// Step 1, syntax: JSON parse errors and duplicate object keys.
 
 // Tracks the path of the value being parsed (through nlohmann's parser
 // callback) and remembers every key that repeats within one object.
@@ -204,11 +227,17 @@ std::string Printable(const std::string& text) {
 }
 
 // nlohmann's explanation without its "[json.exception...] parse error at ...: "
-// prefix.
+// prefix, and without credentials in the text it last read.
 std::string ParseErrorReason(const std::string& what) {
   const size_t at = what.find("parse error");
   const size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
-  return Printable(colon == std::string::npos ? what : what.substr(colon + 2));
+  std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
+  constexpr std::string_view kLastRead = "last read: ";
+  if (const size_t read = reason.find(kLastRead); read != std::string::npos) {
+    const size_t from = read + kLastRead.size();
+    reason = reason.substr(0, from) + WithoutUserinfo(absl::string_view(reason).substr(from));
+  }
+  return Printable(reason);
 }
 
 // nlohmann's message without its "[json.exception.<kind>.<id>] " prefix.
@@ -225,7 +254,7 @@ std::optional<json> ParseJson(std::string_view text, Errors* errors) {
   // A deep document is refused unparsed: copying or printing it would
   // overflow the stack.
   if (!engines::JsonDepthWithin(text)) {
-    errors->Add("invalid JSON: the document " + engines::DepthLimitText());
+    errors->Add(0, "invalid JSON: the document " + engines::DepthLimitText());
     return std::nullopt;
   }
   DuplicateKeyFinder finder;
@@ -239,28 +268,183 @@ std::optional<json> ParseJson(std::string_view text, Errors* errors) {
     root = json::parse(text.begin(), text.end(), callback);
   } catch (const json::parse_error& e) {
     const auto [line, column] = LineAndColumn(text, e.byte);
-    errors->Add(absl::StrCat("invalid JSON at line ", line, ", column ", column, ": ",
-                             ParseErrorReason(e.what())));
+    errors->Add(0, absl::StrCat("invalid JSON at line ", line, ", column ", column, ": ",
+                                ParseErrorReason(e.what())));
     return std::nullopt;
   } catch (const json::exception& e) {
     // E.g. out_of_range 406 "number overflow parsing '1e999'" (no position).
-    errors->Add(absl::StrCat("invalid JSON: ", WithoutExceptionId(e.what())));
+    errors->Add(0, absl::StrCat("invalid JSON: ", WithoutExceptionId(e.what())));
     return std::nullopt;
   }
   for (const std::string& path : finder.duplicates()) {
-    errors->Add(absl::StrCat(path, ": duplicate key"));
+    errors->Add(0, absl::StrCat(path, ": duplicate key"));
   }
   return root;
 }
 
 // ---------------------------------------------------------------------------
-// Value-level checks.
+// The schema's options.
 
-enum class Lower { kPositive, kNonNegative };
+const pb::Doc& DocOf(const FieldDescriptor& f) { return f.options().GetExtension(pb::doc); }
+
+bool IsRequired(const FieldDescriptor& f) { return DocOf(f).default_value() == "required"; }
+
+bool IsDuration(const FieldDescriptor& f) {
+  return f.type() == FieldDescriptor::TYPE_DOUBLE && absl::EndsWith(f.name(), "_s");
+}
+
+// An int32 field's accepted range. Without a (doc).max the type caps it, and
+// a message says "must be >= lo" or "must be <= hi" rather than "between".
+struct IntRange {
+  long long lo = INT32_MIN;
+  long long hi = INT32_MAX;
+  bool hi_is_cap = true;
+};
+
+IntRange IntRangeOf(const FieldDescriptor& f) {
+  const pb::Doc& doc = DocOf(f);
+  IntRange r;
+  if (doc.has_min()) r.lo = static_cast<long long>(doc.min());
+  if (doc.has_max()) {
+    r.hi = static_cast<long long>(doc.max());
+    r.hi_is_cap = false;
+  }
+  return r;
+}
+
+std::string IntRule(const IntRange& r, bool below) {
+  if (!r.hi_is_cap) return absl::StrCat("must be between ", r.lo, " and ", r.hi);
+  return below ? absl::StrCat("must be >= ", r.lo) : absl::StrCat("must be <= ", r.hi);
+}
+
+// ---------------------------------------------------------------------------
+// Step 2, schema: what protobuf's JSON parser would accept too loosely
+// (camelCase names, null, 3.0 or "3" for an integer, "NaN" for a number) or
+// report only one at a time.
+
+class SchemaCheck {
+ public:
+  explicit SchemaCheck(Errors* errors) : errors_(errors) {}
+
+  // `object` as the message `type` at `path`, without annotations and without
+  // every key reported here; `rank` is the rank of the top-level key it is
+  // under (its own, for fields of the top level).
+  json Object(const json& object, const Descriptor& type, const std::string& path, int rank) {
+    json out = json::object();
+    for (const auto& item : object.items()) {
+      if (IsAnnotation(item.key()) || type.FindFieldByName(item.key()) != nullptr) continue;
+      errors_->Add(rank, absl::StrCat(JoinPath(path, item.key()), ": unknown key"));
+    }
+    for (int i = 0; i < type.field_count(); ++i) {
+      const FieldDescriptor& field = *type.field(i);
+      const std::string key_path = JoinPath(path, field.name());
+      const int key_rank = path.empty() ? i + 1 : rank;
+      const auto it = object.find(field.name());
+      if (it == object.end()) {
+        if (IsRequired(field)) Report(key_rank, key_path, "is required");
+        continue;
+      }
+      if (std::optional<json> value = Value(*it, field, key_path, key_rank)) {
+        out[field.name()] = std::move(*value);
+      } else {
+        reported_.insert(key_path);
+      }
+    }
+    return out;
+  }
+
+  // Paths of the keys (and array entries) reported here: the validation pass
+  // says nothing more about them and treats them as invalid.
+  const std::set<std::string>& reported() const { return reported_; }
+
+ private:
+  void Report(int rank, const std::string& path, absl::string_view message) {
+    errors_->Add(rank, absl::StrCat(path, " ", message));
+    reported_.insert(path);
+  }
+
+  std::optional<json> Value(const json& v, const FieldDescriptor& field, const std::string& path,
+                            int rank) {
+    if (field.is_repeated()) {
+      if (!v.is_array()) {
+        errors_->Add(rank, absl::StrCat(path, " must be an array (got ", TypeName(v), ")"));
+        return std::nullopt;
+      }
+      json out = json::array();
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string entry_path = absl::StrCat(path, "[", i, "]");
+        if (!v[i].is_object()) {
+          Report(rank, entry_path, absl::StrCat("must be an object (got ", TypeName(v[i]), ")"));
+          out.push_back(json::object());  // keeps the indices of the entries after it
+        } else {
+          out.push_back(Object(v[i], *field.message_type(), entry_path, rank));
+        }
+      }
+      return out;
+    }
+    std::string wrong;
+    switch (field.cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        if (v.is_object()) return Object(v, *field.message_type(), path, rank);
+        wrong = absl::StrCat("must be an object (got ", TypeName(v), ")");
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        if (v.is_string()) return v;
+        wrong = absl::StrCat("must be a string (got ", TypeName(v), ")");
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        if (v.is_number()) return v;
+        wrong = absl::StrCat("must be ", IsDuration(field) ? "a number of seconds" : "a number",
+                             " (got ", TypeName(v), ")");
+        break;
+      case FieldDescriptor::CPPTYPE_INT32: {
+        if (!v.is_number_integer()) {
+          wrong = absl::StrCat("must be an integer (got ", TypeName(v),
+                               v.is_null() ? "" : " " + Show(v), ")");
+          break;
+        }
+        // A value beyond int32 breaks the field's range: said here, with the
+        // validation pass's words.
+        const bool below = !v.is_number_unsigned() && v.get<long long>() < INT32_MIN;
+        const bool above =
+            v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX : v.get<long long>() > INT32_MAX;
+        if (!below && !above) return v;
+        wrong = absl::StrCat(IntRule(IntRangeOf(field), below), " (got ", Show(v), ")");
+        break;
+      }
+      default:
+        wrong = "has a type the loader does not read";
+        break;
+    }
+    errors_->Add(rank, absl::StrCat(path, " ", wrong));
+    return std::nullopt;
+  }
+
+  Errors* errors_;
+  std::set<std::string> reported_;
+};
+
+// protobuf's "(serving.max_attempts): invalid value ..." as
+// "serving.max_attempts: invalid value ...". The schema check leaves protobuf
+// nothing to refuse; this is the fallback.
+std::string ProtoJsonError(const std::string& message) {
+  const size_t close = message.find("):");
+  if (message.empty() || message.front() != '(' || close == std::string::npos) {
+    return Printable(message);
+  }
+  return Printable(absl::StrCat(message.substr(1, close - 1), message.substr(close + 1)));
+}
+
+// ---------------------------------------------------------------------------
+// Step 3, validation: values into Settings.
 
 // Why `text` is not a valid HOST:PORT with a port in [min_port, 65535], or
-// nullopt when it is. HOST is a hostname, an IPv4 literal or [IPv6].
-std::optional<std::string> HostPortError(std::string_view text, int min_port) {
+// nullopt when it is. HOST is a hostname, an IPv4 literal or [IPv6]. On
+// success *host and *port (when given) are set.
+std::optional<std::string> HostPortError(std::string_view text, int min_port,
+                                         std::string_view* host_out = nullptr,
+                                         int* port_out = nullptr) {
+  if (text.find('@') != std::string_view::npos) return "credentials are not allowed";
   std::string_view host;
   std::string_view port;
   if (!text.empty() && text.front() == '[') {
@@ -294,26 +478,36 @@ std::optional<std::string> HostPortError(std::string_view text, int min_port) {
   if (value < min_port || value > 65535) {
     return absl::StrCat("PORT must be ", min_port, "..65535");
   }
+  if (host_out != nullptr) *host_out = host;
+  if (port_out != nullptr) *port_out = value;
   return std::nullopt;
 }
 
 // Why `url` is not "http://host:port" (optionally with a trailing "/"), or
-// nullopt when it is; then *normalized is the URL without the trailing "/".
-std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized) {
+// nullopt when it is; then *normalized is the URL without the trailing "/"
+// and *identity names its host (lower case) and port, for duplicates.
+std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized,
+                                          std::string* identity) {
   constexpr std::string_view kScheme = "http://";
+  if (url.find('@') != std::string::npos) return "credentials are not allowed";
   if (url.rfind("https://", 0) == 0) {
     return "https is not supported (engines are reached over plain http)";
   }
   if (url.rfind(kScheme, 0) != 0) return "must start with http://";
   std::string_view rest = std::string_view(url).substr(kScheme.size());
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  if (rest.find('@') != std::string_view::npos) return "credentials are not allowed";
   if (rest.find_first_of("?#") != std::string_view::npos) {
     return "a query or fragment is not allowed";
   }
   if (rest.find('/') != std::string_view::npos) return "a path is not allowed";
-  if (std::optional<std::string> error = HostPortError(rest, 1)) return error;
+  std::string_view host;
+  int port = 0;
+  if (std::optional<std::string> error = HostPortError(rest, 1, &host, &port)) return error;
   *normalized = std::string(kScheme) + std::string(rest);
+  std::string lower(host);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  *identity = absl::StrCat(lower, " ", port);
   return std::nullopt;
 }
 
@@ -325,277 +519,240 @@ bool IsEnvVarName(const std::string& s) {
   });
 }
 
-// Reads the keys of one JSON object at `path`, reporting violations into
-// `errors`. Every Read* method leaves *out untouched when the key is absent
-// and returns false exactly when it reported an error (absent is valid).
-class ObjectReader {
+bool IsIidChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+}
+
+// The fields of one message of the parsed config at `path`, checked against
+// the schema's options. Every reader leaves *out untouched when the key is
+// absent and returns false exactly when the value is invalid: reported now,
+// or already by the schema check (then nothing more is said).
+class Fields {
  public:
-  ObjectReader(const json& object, std::string path, Errors* errors)
-      : object_(object), path_(std::move(path)), errors_(errors) {}
+  Fields(const Message& message, std::string path, int rank, Errors* errors,
+         const std::set<std::string>& reported)
+      : message_(message),
+        path_(std::move(path)),
+        rank_(rank),
+        errors_(errors),
+        reported_(reported) {}
 
-  std::string PathOf(absl::string_view key) const {
-    return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
+  const FieldDescriptor& Field(int number) const {
+    return *message_.GetDescriptor()->FindFieldByNumber(number);
+  }
+  std::string PathOf(int number) const { return JoinPath(path_, Field(number).name()); }
+  // Top-level fields rank by their position; nested ones by their section's.
+  int RankOf(int number) const { return path_.empty() ? Field(number).index() + 1 : rank_; }
+
+  // "<path> <message>".
+  void Error(int number, absl::string_view message) const {
+    errors_->Add(RankOf(number), absl::StrCat(PathOf(number), " ", message));
   }
 
-  void Error(absl::string_view key, absl::string_view message) const {
-    errors_->Add(absl::StrCat(PathOf(key), " ", message));
+  // Present and valid so far.
+  bool Present(int number) const {
+    return !reported_.count(PathOf(number)) &&
+           message_.GetReflection()->HasField(message_, &Field(number));
   }
+  // Reported by the schema check.
+  bool Reported(int number) const { return reported_.count(PathOf(number)) > 0; }
 
-  const json* Find(absl::string_view key) const {
-    const auto it = object_.find(std::string(key));
-    return it == object_.end() ? nullptr : &*it;
-  }
-
-  // Reports every key that is neither listed nor an annotation.
-  void RejectUnknownKeys(std::initializer_list<absl::string_view> known) const {
-    for (const auto& item : object_.items()) {
-      const std::string& key = item.key();
-      if (IsAnnotation(key)) continue;
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        errors_->Add(absl::StrCat(PathOf(key), ": unknown key"));
-      }
-    }
-  }
-
-  // Reports a missing key; true when present.
-  bool Require(absl::string_view key) const {
-    if (Find(key) != nullptr) return true;
-    Error(key, "is required");
-    return false;
-  }
-
-  bool String(absl::string_view key, std::string* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return true;
-    if (!v->is_string()) {
-      Error(key, absl::StrCat("must be a string (got ", TypeName(*v), ")"));
+  template <typename T>
+  bool Int(int number, T* out) const {
+    if (Reported(number)) return false;
+    if (!Present(number)) return true;
+    const long long v = message_.GetReflection()->GetInt32(message_, &Field(number));
+    const IntRange r = IntRangeOf(Field(number));
+    if (v < r.lo || v > r.hi) {
+      Error(number, absl::StrCat(IntRule(r, v < r.lo), " (got ", v, ")"));
       return false;
     }
-    *out = v->get<std::string>();
+    *out = static_cast<T>(v);
     return true;
   }
 
-  bool NonEmptyString(absl::string_view key, std::string* out) const {
-    std::string value;
-    if (Find(key) == nullptr) return true;
-    if (!String(key, &value)) return false;
-    if (value.empty()) {
-      Error(key, "must not be empty");
-      return false;
-    }
-    *out = std::move(value);
-    return true;
-  }
-
-  bool OptionalNonEmptyString(absl::string_view key, std::optional<std::string>* out) const {
-    std::string value;
-    if (Find(key) == nullptr) return true;
-    if (!NonEmptyString(key, &value)) return false;
-    *out = std::move(value);
-    return true;
-  }
-
-  // A string that must equal one of `names`; *out gets its index.
-  bool Choice(absl::string_view key, std::initializer_list<absl::string_view> names,
-              size_t* out) const {
-    std::string value;
-    if (Find(key) == nullptr) return true;
-    if (!String(key, &value)) return false;
-    const auto it = std::find(names.begin(), names.end(), value);
-    if (it == names.end()) {
-      std::vector<std::string> quoted;
-      for (absl::string_view n : names) quoted.push_back(absl::StrCat("\"", n, "\""));
-      Error(key, absl::StrCat("must be one of ", absl::StrJoin(quoted, ", "), " (got ",
-                              Quote(value), ")"));
-      return false;
-    }
-    *out = static_cast<size_t>(it - names.begin());
-    return true;
-  }
-
-  bool EnvVarName(absl::string_view key, std::string* out) const {
-    std::string value;
-    if (Find(key) == nullptr) return true;
-    if (!String(key, &value)) return false;
-    if (!value.empty() && !IsEnvVarName(value)) {
-      Error(key, absl::StrCat("must be empty or an environment variable name matching "
-                              "[A-Za-z_][A-Za-z0-9_]* (got ",
-                              Quote(value), ")"));
-      return false;
-    }
-    *out = std::move(value);
-    return true;
-  }
-
-  bool HostPort(absl::string_view key, std::string* out) const {
-    std::string value;
-    if (Find(key) == nullptr) return true;
-    if (!String(key, &value)) return false;
-    if (std::optional<std::string> why = HostPortError(value, 0)) {
-      Error(key, absl::StrCat("must be HOST:PORT: ", *why, " (got ", Quote(value), ")"));
-      return false;
-    }
-    *out = std::move(value);
-    return true;
-  }
-
-  // A JSON integer in [lo, hi]. "between lo and hi" is said when hi is a real
-  // limit rather than the storage type's maximum (`hi_is_cap` false).
-  bool Integer(absl::string_view key, long long lo, long long hi, bool hi_is_cap,
-               long long* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return true;
-    if (!v->is_number_integer()) {
-      Error(key, absl::StrCat("must be an integer (got ", TypeName(*v), " ", Show(*v), ")"));
-      return false;
-    }
-    bool below = false;
-    bool above = false;
-    long long value = 0;
-    if (v->is_number_unsigned()) {
-      const uint64_t u = v->get<uint64_t>();
-      above = u > static_cast<uint64_t>(hi);
-      value = above ? hi : static_cast<long long>(u);
-      below = !above && value < lo;
-    } else {
-      value = v->get<long long>();
-      below = value < lo;
-      above = value > hi;
-    }
-    if (below || above) {
-      std::string rule = !hi_is_cap ? absl::StrCat("must be between ", lo, " and ", hi)
-                         : below    ? absl::StrCat("must be >= ", lo)
-                                    : absl::StrCat("must be <= ", hi);
-      Error(key, absl::StrCat(rule, " (got ", Show(*v), ")"));
-      return false;
-    }
-    *out = value;
-    return true;
-  }
-
-  bool Int(absl::string_view key, int lo, int hi, bool hi_is_cap, int* out) const {
-    long long value = 0;
-    if (Find(key) == nullptr) return true;
-    if (!Integer(key, lo, hi, hi_is_cap, &value)) return false;
-    *out = static_cast<int>(value);
-    return true;
-  }
-
-  // A finite JSON number (integer or not, never boolean) in the range.
-  bool Number(absl::string_view key, Lower lower, double hi, absl::string_view kind,
-              double* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return true;
-    if (!v->is_number()) {
-      Error(key, absl::StrCat("must be ", kind, " (got ", TypeName(*v), ")"));
-      return false;
-    }
-    const double value = v->get<double>();
+  // A finite number within the (doc) bounds.
+  bool Number(int number, double* out) const {
+    if (Reported(number)) return false;
+    if (!Present(number)) return true;
+    const double v = message_.GetReflection()->GetDouble(message_, &Field(number));
+    const pb::Doc& doc = DocOf(Field(number));
     std::string rule;
-    if (!std::isfinite(value)) {
+    if (!std::isfinite(v)) {
       rule = "must be finite";
-    } else if (lower == Lower::kPositive && !(value > 0)) {
-      rule = "must be > 0";
-    } else if (lower == Lower::kNonNegative && value < 0) {
-      rule = "must be >= 0";
-    } else if (value > hi) {
-      rule = absl::StrCat("must be <= ", FormatNumber(hi));
+    } else if (doc.has_min() && doc.min_exclusive() && !(v > doc.min())) {
+      rule = absl::StrCat("must be > ", FormatNumber(doc.min()));
+    } else if (doc.has_min() && v < doc.min()) {
+      rule = absl::StrCat("must be >= ", FormatNumber(doc.min()));
+    } else if (doc.has_max() && v > doc.max()) {
+      rule = absl::StrCat("must be <= ", FormatNumber(doc.max()));
     }
     if (!rule.empty()) {
-      Error(key, absl::StrCat(rule, " (got ", Show(*v), ")"));
+      Error(number, absl::StrCat(rule, " (got ", FormatNumber(v), ")"));
       return false;
     }
-    *out = value;
+    *out = v;
     return true;
   }
 
-  bool Duration(absl::string_view key, Lower lower, double* out) const {
-    return Number(key, lower, kMaxDurationS, "a number of seconds", out);
+  // A string within the (doc) length bounds and, when the schema lists
+  // choices, one of them.
+  bool String(int number, std::string* out) const {
+    if (Reported(number)) return false;
+    if (!Present(number)) return true;
+    std::string v = message_.GetReflection()->GetString(message_, &Field(number));
+    const pb::Doc& doc = DocOf(Field(number));
+    if (doc.has_min() && v.size() < doc.min()) {
+      Error(number, doc.min() <= 1 ? std::string("must not be empty")
+                                   : absl::StrCat("must be at least ", doc.min(), " characters"));
+      return false;
+    }
+    if (doc.has_max() && v.size() > doc.max()) {
+      Error(number, absl::StrCat("must be at most ", FormatNumber(doc.max()), " characters (got ",
+                                 v.size(), ")"));
+      return false;
+    }
+    if (doc.choices_size() > 0 &&
+        std::find(doc.choices().begin(), doc.choices().end(), v) == doc.choices().end()) {
+      std::vector<std::string> quoted;
+      for (const std::string& c : doc.choices()) quoted.push_back(absl::StrCat("\"", c, "\""));
+      Error(number,
+            absl::StrCat("must be one of ", absl::StrJoin(quoted, ", "), " (got ", Quote(v), ")"));
+      return false;
+    }
+    *out = std::move(v);
+    return true;
   }
+
+  bool OptionalString(int number, std::optional<std::string>* out) const {
+    std::string value;
+    if (!Present(number)) return !Reported(number);
+    if (!String(number, &value)) return false;
+    *out = std::move(value);
+    return true;
+  }
+
+  bool EnvVarName(int number, std::string* out) const {
+    std::string value;
+    if (!Present(number)) return !Reported(number);
+    if (!String(number, &value)) return false;
+    if (!value.empty() && !IsEnvVarName(value)) {
+      Error(number, absl::StrCat("must be empty or an environment variable name matching "
+                                 "[A-Za-z_][A-Za-z0-9_]* (got ",
+                                 Quote(value), ")"));
+      return false;
+    }
+    *out = std::move(value);
+    return true;
+  }
+
+  bool HostPort(int number, std::string* out) const {
+    std::string value;
+    if (!Present(number)) return !Reported(number);
+    if (!String(number, &value)) return false;
+    if (std::optional<std::string> why = HostPortError(value, 0)) {
+      Error(number, absl::StrCat("must be HOST:PORT: ", *why, " (got ",
+                                 Quote(WithoutUserinfo(value)), ")"));
+      return false;
+    }
+    *out = std::move(value);
+    return true;
+  }
+
+  // The number of entries of a repeated field within the (doc) bounds.
+  bool Entries(int number) const {
+    if (Reported(number)) return false;
+    const int size = message_.GetReflection()->FieldSize(message_, &Field(number));
+    const pb::Doc& doc = DocOf(Field(number));
+    if (doc.has_min() && size < doc.min()) {
+      Error(number, doc.min() <= 1 ? std::string("must not be empty")
+                                   : absl::StrCat("must have at least ", doc.min(), " entries"));
+      return false;
+    }
+    if (doc.has_max() && size > doc.max()) {
+      Error(number, absl::StrCat("must have at most ", FormatNumber(doc.max()), " entries (got ",
+                                 size, ")"));
+      return false;
+    }
+    return true;
+  }
+
+  Errors* errors() const { return errors_; }
+  const std::set<std::string>& reported() const { return reported_; }
 
  private:
-  const json& object_;
+  const Message& message_;
   std::string path_;
+  int rank_;
   Errors* errors_;
+  const std::set<std::string>& reported_;
 };
 
-// The object under `key`, or nullptr when absent or (reported) not an object.
-const json* Section(const ObjectReader& parent, absl::string_view key) {
-  const json* v = parent.Find(key);
-  if (v == nullptr) return nullptr;
-  if (!v->is_object()) {
-    parent.Error(key, absl::StrCat("must be an object (got ", TypeName(*v), ")"));
-    return nullptr;
-  }
-  return v;
+void ValidateListen(const Fields& f, router::ListenSettings* out) {
+  f.HostPort(pb::Listen::kHttpFieldNumber, &out->http);
+  f.HostPort(pb::Listen::kGrpcFieldNumber, &out->grpc);
+  f.HostPort(pb::Listen::kAdminFieldNumber, &out->admin);
 }
 
-// ---------------------------------------------------------------------------
-// Sections.
-
-void ReadListen(const json& node, Errors* errors, router::ListenSettings* out) {
-  ObjectReader r(node, "listen", errors);
-  r.RejectUnknownKeys({"http", "grpc", "admin"});
-  r.HostPort("http", &out->http);
-  r.HostPort("grpc", &out->grpc);
-  r.HostPort("admin", &out->admin);
+router::Role RoleNamed(const std::string& name) {
+  if (name == "prefill") return router::Role::kPrefill;
+  if (name == "decode") return router::Role::kDecode;
+  return router::Role::kBoth;
 }
 
-// Returns false when the entry is not an object or its role is unknown (then
-// the fleet-level role check is skipped).
-bool ReadEngine(const json& node, const std::string& path, Errors* errors,
-                std::map<std::string, std::string>* iid_paths, router::EngineSettings* out) {
-  if (!node.is_object()) {
-    errors->Add(absl::StrCat(path, " must be an object (got ", TypeName(node), ")"));
-    return false;
-  }
-  ObjectReader r(node, path, errors);
-  r.RejectUnknownKeys({"iid", "url", "role"});
-  if (r.Require("iid") && r.NonEmptyString("iid", &out->iid)) {
-    const bool printable = std::all_of(out->iid.begin(), out->iid.end(), [](char c) {
-      const auto u = static_cast<unsigned char>(c);
-      return u > 0x20 && u != 0x7f;
-    });
-    if (!printable) {
-      r.Error("iid", absl::StrCat("must not contain spaces or control characters (got ",
-                                  Quote(out->iid), ")"));
-    } else if (const auto [it, inserted] = iid_paths->emplace(out->iid, r.PathOf("iid"));
+// Where each engine id and URL was first seen.
+struct EngineIndex {
+  std::map<std::string, std::string> iid_paths;
+  std::map<std::string, std::string> url_paths;
+};
+
+// Returns false when the entry's role is invalid (then the fleet-level role
+// check is skipped).
+bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* out) {
+  using E = pb::Engine;
+  if (f.String(E::kIidFieldNumber, &out->iid) && f.Present(E::kIidFieldNumber)) {
+    if (!std::all_of(out->iid.begin(), out->iid.end(), IsIidChar)) {
+      f.Error(E::kIidFieldNumber,
+              absl::StrCat("must contain only [A-Za-z0-9._-] (got ", Quote(out->iid), ")"));
+    } else if (const auto [it, inserted] =
+                   seen->iid_paths.emplace(out->iid, f.PathOf(E::kIidFieldNumber));
                !inserted) {
-      r.Error("iid", absl::StrCat(Quote(out->iid), " is a duplicate of ", it->second));
+      f.Error(E::kIidFieldNumber, absl::StrCat(Quote(out->iid), " is a duplicate of ", it->second));
     }
   }
   std::string url;
-  if (r.Require("url") && r.String("url", &url)) {
-    if (std::optional<std::string> why = EngineUrlError(url, &out->url)) {
-      r.Error("url", absl::StrCat("must be http://host:port: ", *why, " (got ", Quote(url), ")"));
+  if (f.String(E::kUrlFieldNumber, &url) && f.Present(E::kUrlFieldNumber)) {
+    std::string identity;
+    if (std::optional<std::string> why = EngineUrlError(url, &out->url, &identity)) {
+      f.Error(E::kUrlFieldNumber, absl::StrCat("must be http://host:port: ", *why, " (got ",
+                                               Quote(WithoutUserinfo(url)), ")"));
+    } else if (const auto [it, inserted] =
+                   seen->url_paths.emplace(identity, f.PathOf(E::kUrlFieldNumber));
+               !inserted) {
+      f.Error(E::kUrlFieldNumber, absl::StrCat(Quote(out->url), " is a duplicate of ", it->second));
     }
   }
-  size_t role = 2;
-  const bool role_ok = r.Choice("role", {"prefill", "decode", "both"}, &role);
-  constexpr router::Role kRoles[] = {router::Role::kPrefill, router::Role::kDecode,
-                                     router::Role::kBoth};
-  out->role = kRoles[role];
+  std::string role = "both";
+  const bool role_ok = f.String(E::kRoleFieldNumber, &role);
+  out->role = RoleNamed(role);
   return role_ok;
 }
 
-void ReadEngines(const ObjectReader& top, Errors* errors,
-                 std::vector<router::EngineSettings>* out) {
-  if (!top.Require("engines")) return;
-  const json& engines = *top.Find("engines");
-  if (!engines.is_array()) {
-    top.Error("engines", absl::StrCat("must be an array (got ", TypeName(engines), ")"));
-    return;
-  }
-  if (engines.empty()) {
-    top.Error("engines", "must not be empty");
-    return;
-  }
-  std::map<std::string, std::string> iid_paths;
+void ValidateEngines(const pb::FleetConfig& config, const Fields& top,
+                     std::vector<router::EngineSettings>* out) {
+  if (!top.Entries(pb::FleetConfig::kEnginesFieldNumber)) return;
+  const int rank = top.RankOf(pb::FleetConfig::kEnginesFieldNumber);
+  EngineIndex seen;
   bool roles_ok = true;
-  for (size_t i = 0; i < engines.size(); ++i) {
+  for (int i = 0; i < config.engines_size(); ++i) {
+    const std::string path = absl::StrCat("engines[", i, "]");
     router::EngineSettings engine;
-    roles_ok &=
-        ReadEngine(engines[i], absl::StrCat("engines[", i, "]"), errors, &iid_paths, &engine);
+    if (top.reported().count(path)) {
+      roles_ok = false;
+    } else {
+      roles_ok &= ValidateEngine(
+          Fields(config.engines(i), path, rank, top.errors(), top.reported()), &seen, &engine);
+    }
     out->push_back(std::move(engine));
   }
   if (!roles_ok) return;
@@ -603,147 +760,136 @@ void ReadEngines(const ObjectReader& top, Errors* errors,
                                        [](const auto& e) { return router::CanPrefill(e.role); });
   const bool can_decode = std::any_of(out->begin(), out->end(),
                                       [](const auto& e) { return router::CanDecode(e.role); });
-  if (!can_prefill) errors->Add("engines: no engine can serve the prefill role");
-  if (!can_decode) errors->Add("engines: no engine can serve the decode role");
+  if (!can_prefill) top.errors()->Add(rank, "engines: no engine can serve the prefill role");
+  if (!can_decode) top.errors()->Add(rank, "engines: no engine can serve the decode role");
 }
 
-void ReadEngineContract(const json& node, Errors* errors, router::EngineContract* out) {
-  ObjectReader r(node, "engine_contract", errors);
-  r.RejectUnknownKeys(
-      {"vllm_version", "model", "max_model_len", "connector", "system_fingerprint"});
-  if (r.Require("vllm_version")) r.NonEmptyString("vllm_version", &out->vllm_version);
-  r.OptionalNonEmptyString("model", &out->model);
+void ValidateEngineContract(const Fields& f, router::EngineContract* out) {
+  using C = pb::EngineContract;
+  f.String(C::kVllmVersionFieldNumber, &out->vllm_version);
+  f.OptionalString(C::kModelFieldNumber, &out->model);
   long long max_model_len = 0;
-  if (r.Find("max_model_len") != nullptr &&
-      r.Integer("max_model_len", 1, LLONG_MAX, /*hi_is_cap=*/true, &max_model_len)) {
+  if (f.Present(C::kMaxModelLenFieldNumber) && f.Int(C::kMaxModelLenFieldNumber, &max_model_len)) {
     out->max_model_len = max_model_len;
   }
-  r.NonEmptyString("connector", &out->connector);
-  r.OptionalNonEmptyString("system_fingerprint", &out->system_fingerprint);
+  f.String(C::kConnectorFieldNumber, &out->connector);
+  f.OptionalString(C::kSystemFingerprintFieldNumber, &out->system_fingerprint);
 }
 
 // Returns whether serving.request_timeout_s is valid (for cross-section rules).
-bool ReadServing(const json& node, Errors* errors, router::ServingSettings* out) {
-  ObjectReader r(node, "serving", errors);
-  r.RejectUnknownKeys({"max_attempts", "request_timeout_s", "prefill_timeout_s",
-                       "handoff_timeout_s", "retry_budget", "retry_replenish", "retry_base_s",
-                       "retry_cap_s", "max_inflight", "max_request_bytes", "graceful_timeout_s",
-                       "api_key_env", "io_threads", "max_connections", "max_header_bytes",
-                       "max_headers", "header_timeout_s", "keepalive_timeout_s"});
-  r.Int("max_attempts", 1, 3, /*hi_is_cap=*/false, &out->max_attempts);
-  const bool request_ok =
-      r.Duration("request_timeout_s", Lower::kPositive, &out->request_timeout_s);
-  const bool prefill_ok =
-      r.Duration("prefill_timeout_s", Lower::kPositive, &out->prefill_timeout_s);
-  const bool handoff_ok =
-      r.Duration("handoff_timeout_s", Lower::kNonNegative, &out->handoff_timeout_s);
-  r.Number("retry_budget", Lower::kNonNegative, kMaxRetryBudget, "a number", &out->retry_budget);
-  r.Number("retry_replenish", Lower::kNonNegative, 1, "a number", &out->retry_replenish);
-  const bool base_ok = r.Duration("retry_base_s", Lower::kNonNegative, &out->retry_base_s);
-  const bool cap_ok = r.Duration("retry_cap_s", Lower::kNonNegative, &out->retry_cap_s);
-  r.Int("max_inflight", 1, 100000, /*hi_is_cap=*/false, &out->max_inflight);
-  r.Integer("max_request_bytes", kMinRequestBytes, kMaxRequestBytes, /*hi_is_cap=*/false,
-            &out->max_request_bytes);
-  r.Duration("graceful_timeout_s", Lower::kNonNegative, &out->graceful_timeout_s);
-  r.EnvVarName("api_key_env", &out->api_key_env);
-  r.Int("io_threads", 0, kMaxIoThreads, /*hi_is_cap=*/false, &out->io_threads);
-  r.Int("max_connections", 1, kMaxConnections, /*hi_is_cap=*/false, &out->max_connections);
-  r.Int("max_header_bytes", kMinHeaderBytes, kMaxHeaderBytes, /*hi_is_cap=*/false,
-        &out->max_header_bytes);
-  r.Int("max_headers", 1, kMaxHeaders, /*hi_is_cap=*/false, &out->max_headers);
-  r.Duration("header_timeout_s", Lower::kPositive, &out->header_timeout_s);
-  r.Duration("keepalive_timeout_s", Lower::kPositive, &out->keepalive_timeout_s);
+bool ValidateServing(const Fields& f, router::ServingSettings* out) {
+  using S = pb::Serving;
+  f.Int(S::kMaxAttemptsFieldNumber, &out->max_attempts);
+  const bool request_ok = f.Number(S::kRequestTimeoutSFieldNumber, &out->request_timeout_s);
+  const bool prefill_ok = f.Number(S::kPrefillTimeoutSFieldNumber, &out->prefill_timeout_s);
+  const bool handoff_ok = f.Number(S::kHandoffTimeoutSFieldNumber, &out->handoff_timeout_s);
+  f.Number(S::kRetryBudgetFieldNumber, &out->retry_budget);
+  f.Number(S::kRetryReplenishFieldNumber, &out->retry_replenish);
+  const bool base_ok = f.Number(S::kRetryBaseSFieldNumber, &out->retry_base_s);
+  const bool cap_ok = f.Number(S::kRetryCapSFieldNumber, &out->retry_cap_s);
+  f.Int(S::kMaxInflightFieldNumber, &out->max_inflight);
+  f.Int(S::kMaxRequestBytesFieldNumber, &out->max_request_bytes);
+  f.Number(S::kGracefulTimeoutSFieldNumber, &out->graceful_timeout_s);
+  f.EnvVarName(S::kApiKeyEnvFieldNumber, &out->api_key_env);
+  f.Int(S::kIoThreadsFieldNumber, &out->io_threads);
+  f.Int(S::kMaxConnectionsFieldNumber, &out->max_connections);
+  f.Int(S::kMaxHeaderBytesFieldNumber, &out->max_header_bytes);
+  f.Int(S::kMaxHeadersFieldNumber, &out->max_headers);
+  f.Number(S::kHeaderTimeoutSFieldNumber, &out->header_timeout_s);
+  f.Number(S::kKeepaliveTimeoutSFieldNumber, &out->keepalive_timeout_s);
 
   const std::string request =
       absl::StrCat("serving.request_timeout_s (", FormatNumber(out->request_timeout_s), ")");
   if (request_ok && prefill_ok && out->prefill_timeout_s > out->request_timeout_s) {
-    r.Error("prefill_timeout_s", absl::StrCat("must be <= ", request, " (got ",
-                                              FormatNumber(out->prefill_timeout_s), ")"));
+    f.Error(
+        S::kPrefillTimeoutSFieldNumber,
+        absl::StrCat("must be <= ", request, " (got ", FormatNumber(out->prefill_timeout_s), ")"));
   }
   if (request_ok && handoff_ok && out->handoff_timeout_s > out->request_timeout_s) {
-    r.Error("handoff_timeout_s", absl::StrCat("must be <= ", request, " (got ",
-                                              FormatNumber(out->handoff_timeout_s), ")"));
+    f.Error(
+        S::kHandoffTimeoutSFieldNumber,
+        absl::StrCat("must be <= ", request, " (got ", FormatNumber(out->handoff_timeout_s), ")"));
   }
   if (base_ok && cap_ok && out->retry_cap_s < out->retry_base_s) {
-    r.Error("retry_cap_s",
+    f.Error(S::kRetryCapSFieldNumber,
             absl::StrCat("must be >= serving.retry_base_s (", FormatNumber(out->retry_base_s),
                          ") (got ", FormatNumber(out->retry_cap_s), ")"));
   }
   return request_ok;
 }
 
-void ReadAdmin(const json& node, Errors* errors, router::AdminSettings* out) {
-  ObjectReader r(node, "admin", errors);
-  r.RejectUnknownKeys({"token_env"});
-  r.EnvVarName("token_env", &out->token_env);
+void ValidateAdmin(const Fields& f, router::AdminSettings* out) {
+  f.EnvVarName(pb::Admin::kTokenEnvFieldNumber, &out->token_env);
 }
 
 // `request_timeout_s` is nullopt when serving.request_timeout_s was invalid.
-void ReadEngineIo(const json& node, std::optional<double> request_timeout_s, Errors* errors,
-                  router::EngineIoSettings* out) {
-  ObjectReader r(node, "engine", errors);
-  r.RejectUnknownKeys({"first_token_timeout_s", "decode_read_timeout_s", "connect_timeout_s",
-                       "health_timeout_s", "connector", "api_key_env"});
-  const bool first_ok =
-      r.Duration("first_token_timeout_s", Lower::kPositive, &out->first_token_timeout_s);
-  r.Duration("decode_read_timeout_s", Lower::kNonNegative, &out->decode_read_timeout_s);
-  r.Duration("connect_timeout_s", Lower::kPositive, &out->connect_timeout_s);
-  r.Duration("health_timeout_s", Lower::kPositive, &out->health_timeout_s);
-  r.NonEmptyString("connector", &out->connector);
-  r.EnvVarName("api_key_env", &out->api_key_env);
+void ValidateEngineIo(const Fields& f, std::optional<double> request_timeout_s,
+                      router::EngineIoSettings* out) {
+  using E = pb::EngineIo;
+  const bool first_ok = f.Number(E::kFirstTokenTimeoutSFieldNumber, &out->first_token_timeout_s);
+  f.Number(E::kDecodeReadTimeoutSFieldNumber, &out->decode_read_timeout_s);
+  f.Number(E::kConnectTimeoutSFieldNumber, &out->connect_timeout_s);
+  f.Number(E::kHealthTimeoutSFieldNumber, &out->health_timeout_s);
+  f.String(E::kConnectorFieldNumber, &out->connector);
+  f.EnvVarName(E::kApiKeyEnvFieldNumber, &out->api_key_env);
   if (first_ok && request_timeout_s && out->first_token_timeout_s > *request_timeout_s) {
-    r.Error("first_token_timeout_s",
+    f.Error(E::kFirstTokenTimeoutSFieldNumber,
             absl::StrCat("must be <= serving.request_timeout_s (", FormatNumber(*request_timeout_s),
                          ") (got ", FormatNumber(out->first_token_timeout_s), ")"));
   }
 }
 
-void ReadRecovery(const json& node, Errors* errors, router::RecoverySettings* out) {
-  ObjectReader r(node, "recovery", errors);
-  r.RejectUnknownKeys({"eject_after", "failure_quarantine_s", "readmit_interval_s",
-                       "liveness_interval_s", "liveness_misses", "engine_restart_policy"});
-  r.Int("eject_after", 1, INT_MAX, /*hi_is_cap=*/true, &out->eject_after);
-  r.Duration("failure_quarantine_s", Lower::kNonNegative, &out->failure_quarantine_s);
-  r.Duration("readmit_interval_s", Lower::kPositive, &out->readmit_interval_s);
-  const bool liveness_ok =
-      r.Duration("liveness_interval_s", Lower::kNonNegative, &out->liveness_interval_s);
-  r.Int("liveness_misses", 1, INT_MAX, /*hi_is_cap=*/true, &out->liveness_misses);
-  size_t policy = 0;
-  const bool policy_ok = r.Choice("engine_restart_policy", {"individual", "whole_wave"}, &policy);
-  out->engine_restart_policy =
-      policy == 1 ? router::RestartPolicy::kWholeWave : router::RestartPolicy::kIndividual;
+void ValidateRecovery(const Fields& f, router::RecoverySettings* out) {
+  using R = pb::Recovery;
+  f.Int(R::kEjectAfterFieldNumber, &out->eject_after);
+  f.Number(R::kFailureQuarantineSFieldNumber, &out->failure_quarantine_s);
+  f.Number(R::kReadmitIntervalSFieldNumber, &out->readmit_interval_s);
+  const bool liveness_ok = f.Number(R::kLivenessIntervalSFieldNumber, &out->liveness_interval_s);
+  f.Int(R::kLivenessMissesFieldNumber, &out->liveness_misses);
+  std::string policy = "individual";
+  const bool policy_ok = f.String(R::kEngineRestartPolicyFieldNumber, &policy);
+  out->engine_restart_policy = policy == "whole_wave" ? router::RestartPolicy::kWholeWave
+                                                      : router::RestartPolicy::kIndividual;
   if (policy_ok && liveness_ok && out->engine_restart_policy == router::RestartPolicy::kWholeWave &&
       out->liveness_interval_s <= 0) {
-    r.Error("engine_restart_policy",
+    f.Error(R::kEngineRestartPolicyFieldNumber,
             "\"whole_wave\" requires recovery.liveness_interval_s > 0 (liveness sweeps detect "
             "engine restarts)");
   }
 }
 
-void ReadSettings(const json& root, Errors* errors, Settings* out) {
-  ObjectReader top(root, "", errors);
-  top.RejectUnknownKeys(
-      {"model", "listen", "engines", "engine_contract", "serving", "admin", "engine", "recovery"});
-  if (top.Require("model")) top.NonEmptyString("model", &out->model);
-  if (const json* listen = Section(top, "listen")) ReadListen(*listen, errors, &out->listen);
-  ReadEngines(top, errors, &out->engines);
-  if (const json* contract = Section(top, "engine_contract")) {
-    out->engine_contract.emplace();
-    ReadEngineContract(*contract, errors, &*out->engine_contract);
+// The one validation pass. A section's rules run only when the section is in
+// the file (absent sections keep Settings' defaults).
+Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& reported,
+                  Errors* errors) {
+  using F = pb::FleetConfig;
+  Settings s;
+  const Fields top(config, "", 0, errors, reported);
+  auto section = [&](int number, const Message& message) {
+    return Fields(message, top.PathOf(number), top.RankOf(number), errors, reported);
+  };
+  top.String(F::kModelFieldNumber, &s.model);
+  if (config.has_listen())
+    ValidateListen(section(F::kListenFieldNumber, config.listen()), &s.listen);
+  ValidateEngines(config, top, &s.engines);
+  if (config.has_engine_contract()) {
+    ValidateEngineContract(section(F::kEngineContractFieldNumber, config.engine_contract()),
+                           &s.engine_contract.emplace());
   }
   bool request_ok = true;
-  if (const json* serving = Section(top, "serving")) {
-    request_ok = ReadServing(*serving, errors, &out->serving);
+  if (config.has_serving()) {
+    request_ok = ValidateServing(section(F::kServingFieldNumber, config.serving()), &s.serving);
   }
-  if (const json* admin = Section(top, "admin")) ReadAdmin(*admin, errors, &out->admin);
-  if (const json* engine = Section(top, "engine")) {
-    ReadEngineIo(*engine,
-                 request_ok ? std::optional<double>(out->serving.request_timeout_s) : std::nullopt,
-                 errors, &out->engine);
+  if (config.has_admin()) ValidateAdmin(section(F::kAdminFieldNumber, config.admin()), &s.admin);
+  if (config.has_engine()) {
+    ValidateEngineIo(section(F::kEngineFieldNumber, config.engine()),
+                     request_ok ? std::optional<double>(s.serving.request_timeout_s) : std::nullopt,
+                     &s.engine);
   }
-  if (const json* recovery = Section(top, "recovery")) {
-    ReadRecovery(*recovery, errors, &out->recovery);
+  if (config.has_recovery()) {
+    ValidateRecovery(section(F::kRecoveryFieldNumber, config.recovery()), &s.recovery);
   }
+  return s;
 }
 
 absl::StatusOr<Settings> Parse(std::string_view text, absl::string_view label) {
@@ -751,11 +897,21 @@ absl::StatusOr<Settings> Parse(std::string_view text, absl::string_view label) {
   std::optional<json> root = ParseJson(text, &errors);
   if (!root) return absl::InvalidArgumentError(errors.Join(label));
   if (!root->is_object()) {
-    errors.Add(absl::StrCat("the top level must be a JSON object (got ", TypeName(*root), ")"));
+    errors.Add(0, absl::StrCat("the top level must be a JSON object (got ", TypeName(*root), ")"));
     return absl::InvalidArgumentError(errors.Join(label));
   }
-  Settings settings;
-  ReadSettings(*root, &errors, &settings);
+  SchemaCheck schema(&errors);
+  const json checked = schema.Object(*root, *pb::FleetConfig::descriptor(), "", 0);
+  pb::FleetConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  if (const auto status =
+          google::protobuf::util::JsonStringToMessage(checked.dump(), &config, options);
+      !status.ok()) {
+    errors.Add(0, ProtoJsonError(status.message().as_string()));
+    return absl::InvalidArgumentError(errors.Join(label));
+  }
+  Settings settings = Validate(config, schema.reported(), &errors);
   if (!errors.empty()) return absl::InvalidArgumentError(errors.Join(label));
   return settings;
 }
@@ -800,6 +956,15 @@ absl::StatusOr<std::string> ReadConfigFile(const std::string& path, absl::string
   return text;
 }
 
+std::string SettingsToJsonText(const Settings& s) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string text;
+  // Printing a message without Any fields cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(SettingsToProto(s), &text, options);
+  return text;
+}
+
 }  // namespace
 
 absl::StatusOr<Settings> ParseFleetConfig(std::string_view json_text) {
@@ -813,61 +978,75 @@ absl::StatusOr<Settings> LoadFleetConfig(const std::string& path) {
   return Parse(*text, label);
 }
 
-nlohmann::json SettingsToJson(const Settings& s) {
-  json engines = json::array();
+pb::FleetConfig SettingsToProto(const Settings& s) {
+  pb::FleetConfig c;
+  c.set_model(s.model);
+  c.mutable_listen()->set_http(s.listen.http);
+  c.mutable_listen()->set_grpc(s.listen.grpc);
+  c.mutable_listen()->set_admin(s.listen.admin);
   for (const router::EngineSettings& e : s.engines) {
-    engines.push_back({{"iid", e.iid}, {"url", e.url}, {"role", router::RoleName(e.role)}});
+    pb::Engine* engine = c.add_engines();
+    engine->set_iid(e.iid);
+    engine->set_url(e.url);
+    engine->set_role(router::RoleName(e.role));
   }
-  json out = {
-      {"model", s.model},
-      {"listen", {{"http", s.listen.http}, {"grpc", s.listen.grpc}, {"admin", s.listen.admin}}},
-      {"engines", std::move(engines)},
-      {"serving",
-       {{"max_attempts", s.serving.max_attempts},
-        {"request_timeout_s", s.serving.request_timeout_s},
-        {"prefill_timeout_s", s.serving.prefill_timeout_s},
-        {"handoff_timeout_s", s.serving.handoff_timeout_s},
-        {"retry_budget", s.serving.retry_budget},
-        {"retry_replenish", s.serving.retry_replenish},
-        {"retry_base_s", s.serving.retry_base_s},
-        {"retry_cap_s", s.serving.retry_cap_s},
-        {"max_inflight", s.serving.max_inflight},
-        {"max_request_bytes", s.serving.max_request_bytes},
-        {"graceful_timeout_s", s.serving.graceful_timeout_s},
-        {"api_key_env", s.serving.api_key_env},
-        {"io_threads", s.serving.io_threads},
-        {"max_connections", s.serving.max_connections},
-        {"max_header_bytes", s.serving.max_header_bytes},
-        {"max_headers", s.serving.max_headers},
-        {"header_timeout_s", s.serving.header_timeout_s},
-        {"keepalive_timeout_s", s.serving.keepalive_timeout_s}}},
-      {"admin", {{"token_env", s.admin.token_env}}},
-      {"engine",
-       {{"first_token_timeout_s", s.engine.first_token_timeout_s},
-        {"decode_read_timeout_s", s.engine.decode_read_timeout_s},
-        {"connect_timeout_s", s.engine.connect_timeout_s},
-        {"health_timeout_s", s.engine.health_timeout_s},
-        {"connector", s.engine.connector},
-        {"api_key_env", s.engine.api_key_env}}},
-      {"recovery",
-       {{"eject_after", s.recovery.eject_after},
-        {"failure_quarantine_s", s.recovery.failure_quarantine_s},
-        {"readmit_interval_s", s.recovery.readmit_interval_s},
-        {"liveness_interval_s", s.recovery.liveness_interval_s},
-        {"liveness_misses", s.recovery.liveness_misses},
-        {"engine_restart_policy",
-         s.recovery.engine_restart_policy == router::RestartPolicy::kWholeWave ? "whole_wave"
-                                                                               : "individual"}}},
-  };
   if (s.engine_contract) {
-    const router::EngineContract& c = *s.engine_contract;
-    json contract = {{"vllm_version", c.vllm_version}, {"connector", c.connector}};
-    if (c.model) contract["model"] = *c.model;
-    if (c.max_model_len) contract["max_model_len"] = *c.max_model_len;
-    if (c.system_fingerprint) contract["system_fingerprint"] = *c.system_fingerprint;
-    out["engine_contract"] = std::move(contract);
+    const router::EngineContract& in = *s.engine_contract;
+    pb::EngineContract* out = c.mutable_engine_contract();
+    out->set_vllm_version(in.vllm_version);
+    if (in.model) out->set_model(*in.model);
+    if (in.max_model_len) out->set_max_model_len(static_cast<int32_t>(*in.max_model_len));
+    out->set_connector(in.connector);
+    if (in.system_fingerprint) out->set_system_fingerprint(*in.system_fingerprint);
   }
-  return out;
+  const router::ServingSettings& sv = s.serving;
+  pb::Serving* serving = c.mutable_serving();
+  serving->set_max_attempts(sv.max_attempts);
+  serving->set_request_timeout_s(sv.request_timeout_s);
+  serving->set_prefill_timeout_s(sv.prefill_timeout_s);
+  serving->set_handoff_timeout_s(sv.handoff_timeout_s);
+  serving->set_retry_budget(sv.retry_budget);
+  serving->set_retry_replenish(sv.retry_replenish);
+  serving->set_retry_base_s(sv.retry_base_s);
+  serving->set_retry_cap_s(sv.retry_cap_s);
+  serving->set_max_inflight(sv.max_inflight);
+  serving->set_max_request_bytes(static_cast<int32_t>(sv.max_request_bytes));
+  serving->set_graceful_timeout_s(sv.graceful_timeout_s);
+  serving->set_api_key_env(sv.api_key_env);
+  serving->set_io_threads(sv.io_threads);
+  serving->set_max_connections(sv.max_connections);
+  serving->set_max_header_bytes(sv.max_header_bytes);
+  serving->set_max_headers(sv.max_headers);
+  serving->set_header_timeout_s(sv.header_timeout_s);
+  serving->set_keepalive_timeout_s(sv.keepalive_timeout_s);
+  c.mutable_admin()->set_token_env(s.admin.token_env);
+  pb::EngineIo* engine = c.mutable_engine();
+  engine->set_first_token_timeout_s(s.engine.first_token_timeout_s);
+  engine->set_decode_read_timeout_s(s.engine.decode_read_timeout_s);
+  engine->set_connect_timeout_s(s.engine.connect_timeout_s);
+  engine->set_health_timeout_s(s.engine.health_timeout_s);
+  engine->set_connector(s.engine.connector);
+  engine->set_api_key_env(s.engine.api_key_env);
+  pb::Recovery* recovery = c.mutable_recovery();
+  recovery->set_eject_after(s.recovery.eject_after);
+  recovery->set_failure_quarantine_s(s.recovery.failure_quarantine_s);
+  recovery->set_readmit_interval_s(s.recovery.readmit_interval_s);
+  recovery->set_liveness_interval_s(s.recovery.liveness_interval_s);
+  recovery->set_liveness_misses(s.recovery.liveness_misses);
+  recovery->set_engine_restart_policy(
+      s.recovery.engine_restart_policy == router::RestartPolicy::kWholeWave ? "whole_wave"
+                                                                            : "individual");
+  return c;
+}
+
+nlohmann::json SettingsToJson(const Settings& s) {
+  return json::parse(SettingsToJsonText(s), nullptr, /*allow_exceptions=*/false);
+}
+
+absl::Status SettingsToStruct(const Settings& s, google::protobuf::Struct* out) {
+  const auto status = google::protobuf::util::JsonStringToMessage(SettingsToJsonText(s), out);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("config as Struct: ", status.message().as_string()));
 }
 
 }  // namespace narwhal::server

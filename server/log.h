@@ -1,19 +1,17 @@
-// Process logging: one event per line on stderr, with a level and a UTC
-// timestamp ("2026-11-30T09:00:00.123Z INFO narwhal-serve: ready ...").
-// Request contents are never logged.
+// Process logging for the front doors and binaries: the router's one log
+// (router/log.h), under the server namespace.
 #ifndef NARWHAL_SERVER_LOG_H_
 #define NARWHAL_SERVER_LOG_H_
 
-#include <string_view>
+#include "router/log.h"
 
 namespace narwhal::server {
 
-enum class LogLevel { kInfo, kWarning, kError };
-
-void Log(LogLevel level, std::string_view message);
-inline void LogInfo(std::string_view m) { Log(LogLevel::kInfo, m); }
-inline void LogWarning(std::string_view m) { Log(LogLevel::kWarning, m); }
-inline void LogError(std::string_view m) { Log(LogLevel::kError, m); }
+using router::Log;
+using router::LogError;
+using router::LogInfo;
+using router::LogLevel;
+using router::LogWarning;
 
 }  // namespace narwhal::server
 

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -37,6 +39,10 @@ using boost::system::error_code;
 using json = nlohmann::json;
 
 constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
+// Room in a leg's read buffer past max_header_bytes: the buffer holds only
+// what the parser has not consumed yet (a header block, a chunk header, a
+// trailer), so its limit bounds those even where Beast does not.
+constexpr size_t kBufferSlack = 64 * 1024;
 // How long a finished decode leg may wait for the end of the engine's chunked
 // body (it usually follows [DONE] at once) before its connection is pooled.
 constexpr auto kDrainBound = std::chrono::seconds(1);
@@ -81,9 +87,72 @@ std::string Cause(const error_code& ec) {
   return ec.message();
 }
 
+// Beast's response parser with the adapter's header bounds. Beast limits the
+// bytes of a header block it holds at once (header_limit) but neither the
+// number of fields nor chunked trailers, which it stores as fields too. This
+// parser counts every field as it is parsed, header and trailer alike, and
+// fails the read with http::error::header_limit at the first one past
+// max_header_fields or max_header_bytes, before it is stored.
+template <class Body>
+class EngineResponseParser final : public http::response_parser<Body> {
+ public:
+  explicit EngineResponseParser(const HttpEngineClientOptions& options)
+      : max_fields_(options.max_header_fields), max_bytes_(options.max_header_bytes) {
+    this->header_limit(static_cast<std::uint32_t>(
+        std::min<size_t>(options.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  }
+
+  // The read failed on the field count (else, with header_limit, on bytes).
+  bool too_many_fields() const { return fields_ > max_fields_; }
+
+ private:
+  void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
+                     error_code& ec) override {
+    ++fields_;
+    bytes_ += name_string.size() + value.size() + 4;  // "name: value\r\n"
+    if (fields_ > max_fields_ || bytes_ > max_bytes_) {
+      ec = http::error::header_limit;
+      return;
+    }
+    this->get().insert(name, name_string, value);
+  }
+
+  const int max_fields_;
+  const size_t max_bytes_;
+  int fields_ = 0;
+  size_t bytes_ = 0;
+};
+
+using DecodeParser = EngineResponseParser<http::buffer_body>;
+using StringParser = EngineResponseParser<http::string_body>;
+
+size_t ReadBufferLimit(const HttpEngineClientOptions& options) {
+  return options.max_header_bytes + kBufferSlack;
+}
+
+// Why a read stopped at one of the response bounds (`what` names the
+// response: "prefill response"), or "" when it did not.
+template <class Parser>
+std::string ResponseBoundError(const error_code& ec, const Parser& parser,
+                               const HttpEngineClientOptions& options, std::string_view what) {
+  if (ec == http::error::header_limit) {
+    if (parser.too_many_fields()) {
+      return std::string(what) + " has more than " + std::to_string(options.max_header_fields) +
+             " header fields";
+    }
+    return std::string(what) + " headers exceed " + std::to_string(options.max_header_bytes) +
+           " bytes";
+  }
+  if (ec == http::error::buffer_overflow) {
+    return std::string(what) + " framing (a chunk header or trailer) exceeds " +
+           std::to_string(ReadBufferLimit(options)) + " bytes";
+  }
+  return "";
+}
+
 // The socket of a leg, shared with a cancellation posted from another thread.
 struct LegIo {
-  explicit LegIo(const Executor& executor) : socket(executor) {}
+  LegIo(const Executor& executor, size_t buffer_limit) : socket(executor), buffer(buffer_limit) {}
   void Close() {
     error_code ignored;
     socket.shutdown(tcp::socket::shutdown_both, ignored);
@@ -99,13 +168,13 @@ struct LegIo {
 class Leg {
  public:
   Leg(const Clock& clock, const Executor& executor, std::string host, int port,
-      CancelToken* cancel)
+      CancelToken* cancel, size_t buffer_limit)
       : clock_(clock),
         executor_(executor),
         host_(std::move(host)),
         port_(port),
         key_(host_ + ":" + std::to_string(port)),
-        io_(std::make_shared<LegIo>(executor)),
+        io_(std::make_shared<LegIo>(executor, buffer_limit)),
         timer_(clock, executor, [io = io_.get()] { io->Close(); }) {
     if (cancel != nullptr) {
       // The token may fire on any thread: the socket is closed on its loop.
@@ -204,8 +273,7 @@ http::request<http::string_body> LegRequest(http::verb verb, std::string_view pa
 
 // Reads the rest of a decode response (its chunked terminator) and pools the
 // connection; closes it if the end does not come promptly.
-Awaitable<void> DrainAndPool(std::shared_ptr<LegIo> io,
-                             std::shared_ptr<http::response_parser<http::buffer_body>> parser,
+Awaitable<void> DrainAndPool(std::shared_ptr<LegIo> io, std::shared_ptr<DecodeParser> parser,
                              const Clock& clock, std::string key, size_t max_idle) {
   const Executor executor = co_await asio::this_coro::executor;
   LegTimer timer(clock, executor, [io = io.get()] { io->Close(); });
@@ -293,7 +361,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   }
 
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, options.cancel);
+  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(options_));
   const std::string body = BuildPrefillBody(client_body).dump();
   {
     // A pooled connection is checked before reuse; a failure on it is a
@@ -322,8 +390,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
                           options_.api_key, body);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
-    http::response_parser<http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+    StringParser parser(options_);
     parser.body_limit(options_.max_response_bytes);
     leg.io().buffer.clear();
     if (!ec) co_await http::async_read(leg.io().socket, leg.io().buffer, parser, Redirect(ec));
@@ -343,12 +410,10 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
                                 false);
       co_return out;
     }
-    if (ec == http::error::header_limit) {
+    if (std::string bound = ResponseBoundError(ec, parser, options_, "prefill response");
+        !bound.empty()) {
       out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
-                                BreakerClass::kInferenceStatus, 502,
-                                "prefill response headers exceed " +
-                                    std::to_string(options_.max_header_bytes) + " bytes",
-                                false);
+                                BreakerClass::kInferenceStatus, 502, std::move(bound), false);
       co_return out;
     }
     if (ec) {
@@ -435,22 +500,23 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                          : LegBound::kFirstToken;
   const auto read_timeout = FromSeconds(options_.decode_read_timeout_s);
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, options.cancel);
+  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(options_));
   LegTimer& timer = leg.timer();
   const bool same_worker = consumer.iid == handoff.producer_iid();
   const std::string body = BuildDecodeBody(client_body, handoff, same_worker, client_streams).dump();
 
-  SseReader sse;
+  SseReader sse(options_.max_event_bytes);
   StreamEvent event;
   bool first_token = false;
   bool done = false;
   bool observer_stopped = false;
   std::optional<EngineFailure> stream_error;
+  std::string choice_bound;  // why a chunk broke the choice bounds
   int metadata_frames = 0;
   int status = 0;
   std::string error_body;
   error_code ec;
-  auto parser = std::make_shared<http::response_parser<http::buffer_body>>();
+  auto parser = std::make_shared<DecodeParser>(options_);
   bool connected = false;
 
   auto arm_read_timer = [&] {
@@ -482,6 +548,10 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
         if (!first_token) ++metadata_frames;
         break;
     }
+    if (event.choices > kMaxChoices || event.stray_choice_index) {
+      choice_bound = ChoiceBoundError(event);
+      return false;
+    }
     if (!observer.OnEvent(data, event)) {
       observer_stopped = true;
       return false;
@@ -500,8 +570,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
                           options_.api_key, body);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
-    parser = std::make_shared<http::response_parser<http::buffer_body>>();
-    parser->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+    parser = std::make_shared<DecodeParser>(options_);
     parser->body_limit(boost::none);  // a stream; SseReader bounds each event
     leg.io().buffer.clear();
     if (!ec) co_await http::async_read_header(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));
@@ -582,6 +651,9 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                               "stream ended with [DONE] before any token arrived", true);
   } else if (stream_error) {
     out.failure = std::move(stream_error);
+  } else if (!choice_bound.empty()) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                              BreakerClass::kStream, 502, std::move(choice_bound), false);
   } else if (timed_out) {
     if (fired == LegBound::kConnect) {
       out.failure = ConnectTimeout(kPhase, consumer, leg.key(), options_.connect_timeout_s);
@@ -607,17 +679,16 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                     " read timeout",
                                 true);
     }
-  } else if (status == 0) {
-    out.failure = ec == http::error::header_limit
-                      ? MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                                    BreakerClass::kInferenceStatus, 502,
-                                    "decode response headers exceed " +
-                                        std::to_string(options_.max_header_bytes) + " bytes",
-                                    false)
-                      : TransportFailure(kPhase, consumer, ec, connected, leg.key());
-  } else if (status != 200) {
+  } else if (status != 0 && status != 200) {
     out.failure = ClassifyEngineStatus(kPhase, consumer.iid, status,
                                        EngineErrorMessage(error_body), /*in_stream=*/false);
+  } else if (std::string bound = ResponseBoundError(ec, *parser, options_, "decode response");
+             !bound.empty()) {
+    // The header block, or after a 200 a chunk header or the trailer.
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                              BreakerClass::kInferenceStatus, 502, std::move(bound), false);
+  } else if (status == 0) {
+    out.failure = TransportFailure(kPhase, consumer, ec, connected, leg.key());
   } else if (!sse.error().empty()) {
     out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
                               BreakerClass::kStream, 502, "malformed stream: " + sse.error(),
@@ -641,21 +712,20 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
     co_return out;
   }
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, nullptr);
+  Leg leg(clock_, executor, host, port, nullptr, ReadBufferLimit(options_));
   const MonoTime deadline = clock_.Now() + FromSeconds(timeout_s);
   const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
   leg.timer().Arm(std::min(deadline, connect_deadline), LegBound::kLeg);
   // Control requests use fresh connections: they are rare, and a probe must
   // see the engine as a new client would.
   error_code ec = co_await leg.ConnectFresh();
-  http::response_parser<http::string_body> parser;
+  StringParser parser(options_);
   if (!ec && !leg.timer().fired()) {
     leg.timer().Arm(deadline, LegBound::kLeg);
     const http::verb verb = method == "POST" ? http::verb::post : http::verb::get;
     auto req = LegRequest(verb, path, leg.key(), "", options_.api_key, std::move(body));
     req.keep_alive(false);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
-    parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
     parser.body_limit(options_.max_response_bytes);
     if (!ec) co_await http::async_read(leg.io().socket, leg.io().buffer, parser, Redirect(ec));
   }
@@ -666,6 +736,9 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
     out.error = "no answer from " + leg.key() + " within " + FormatSeconds(timeout_s);
   } else if (ec == http::error::body_limit) {
     out.error = "response exceeds " + std::to_string(options_.max_response_bytes) + " bytes";
+  } else if (std::string bound = ResponseBoundError(ec, parser, options_, "response");
+             !bound.empty()) {
+    out.error = std::move(bound);
   } else if (ec) {
     out.error = (parser.is_header_done() ? "connection lost while reading the response from "
                                          : "no response from ") +

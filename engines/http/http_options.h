@@ -13,10 +13,18 @@ struct HttpEngineClientOptions {
   double connect_timeout_s = 10;
   std::string connector = "NixlConnector";
   std::string api_key;  // Bearer token sent to engines; empty = none
-  // Largest non-streaming engine response body read (prefill responses).
+  // Bounds on what is read from an engine; each one, exceeded, fails the leg
+  // (502) with a detail naming it, before the rest of the response is read.
+  // Largest non-streaming engine response body read (prefill and control
+  // responses; Beast's body_limit, checked against Content-Length up front).
   size_t max_response_bytes = 16 * 1024 * 1024;
-  // Largest response header block accepted from an engine.
+  // Largest response header block accepted from an engine (chunked trailers
+  // count toward it too).
   size_t max_header_bytes = 64 * 1024;
+  // Most header fields (plus trailer fields) accepted in one engine response.
+  int max_header_fields = 100;
+  // Largest SSE event of a decode stream (engines/sse_reader.h).
+  size_t max_event_bytes = 16 * 1024 * 1024;
   // Idle keep-alive connections kept per engine on each event loop.
   size_t max_idle_connections = 256;
 };

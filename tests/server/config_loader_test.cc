@@ -1,16 +1,34 @@
 // Tests for server/config_loader: one test per validation rule of the fleet
-// file (SPEC §3), the defaults table, the example files and the JSON form.
+// file (SPEC §3), the defaults, the example files, the JSON form, what the
+// schema check adds to protobuf's JSON parser, engine identity and
+// credentials, and the bounds of every key that sizes a resource (the
+// maximum values start a router that serves).
 #include "server/config_loader.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <prometheus/registry.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "engines/http/beast_engine_client.h"
+#include "engines/io_loops.h"
 #include "gtest/gtest.h"
+#include "router/clock.h"
+#include "router/fleet.h"
+#include "router/router.h"
+#include "server/embedded_fleet.h"
+#include "server/engine_options.h"
+#include "server/openai_shim.h"
+#include "tests/server/raw_http_client.h"
 
 namespace narwhal::server {
 namespace {
@@ -223,7 +241,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.model = "org/model";
   s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3"};
   s.engines = {{"a", "http://[::1]:9", Role::kBoth}, {"b", "http://h:10", Role::kDecode}};
-  s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "OtherConnector", "fp"};
+  s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "NixlConnector", "fp"};
   s.serving = {3, 100, 50, 25, 7, 0.5, 0.25, 2, 99, 2048, 1.5, "CLIENT_KEY"};
   s.serving.io_threads = 4;
   s.serving.max_connections = 12;
@@ -232,7 +250,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.serving.header_timeout_s = 0.75;
   s.serving.keepalive_timeout_s = 3.5;
   s.admin.token_env = "ADMIN_TOKEN";
-  s.engine = {1.25, 0, 3, 4, "Conn", "ENGINE_KEY"};
+  s.engine = {1.25, 0, 3, 4, "NixlConnector", "ENGINE_KEY"};
   s.recovery = {5, 2.5, 1, 3, 4, RestartPolicy::kWholeWave};
   ExpectSettingsEq(s, MustParse(SettingsToJson(s)));
 }
@@ -295,8 +313,7 @@ TEST(ConfigSyntax, HostileInputGivesShortPrintableErrors) {
   json config = MinimalConfig();
   config["engines"][1]["iid"] = "a\nb\x01";
   EXPECT_CONTAINS(ErrorOf(config),
-                  "engines[1].iid must not contain spaces or control characters "
-                  "(got \"a\\nb\\u0001\")");
+                  "engines[1].iid must contain only [A-Za-z0-9._-] (got \"a\\nb\\u0001\")");
 }
 
 TEST(ConfigSyntax, TopLevelMustBeAnObject) {
@@ -398,7 +415,7 @@ TEST(ConfigTypes, HugeIntegersAreOutOfRange) {
                   "serving.max_inflight must be an integer");
   EXPECT_CONTAINS(ErrorOf(With("", "engine_contract",
                                {{"vllm_version", "v"}, {"max_model_len", 18446744073709551615u}})),
-                  "engine_contract.max_model_len must be <= 9223372036854775807");
+                  "engine_contract.max_model_len must be <= 2147483647 (got 18446744073709551615)");
 }
 
 TEST(ConfigTypes, DurationsMustBeNumbers) {
@@ -459,7 +476,7 @@ TEST(ConfigRequired, EngineIidRequiredNonEmpty) {
   config["engines"][1]["iid"] = "";
   EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must not be empty");
   config["engines"][1]["iid"] = "d 0";
-  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must not contain spaces or control characters");
+  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must contain only [A-Za-z0-9._-] (got \"d 0\")");
 }
 
 TEST(ConfigRequired, EngineIidUnique) {
@@ -628,7 +645,7 @@ void PrintTo(const RangeCase& c, std::ostream* os) {
   *os << c.section << "." << c.key << "=" << c.value.dump();
 }
 
-class ConfigRange : public testing::TestWithParam<RangeCase> {};
+class ConfigRange : public ::testing::TestWithParam<RangeCase> {};
 
 TEST_P(ConfigRange, Rejected) {
   const RangeCase& c = GetParam();
@@ -640,7 +657,7 @@ TEST_P(ConfigRange, Rejected) {
 
 INSTANTIATE_TEST_SUITE_P(
     Rules, ConfigRange,
-    testing::Values(
+    ::testing::Values(
         RangeCase{"MaxAttemptsAtLeast1", "serving", "max_attempts", 0,
                   "must be between 1 and 3 (got 0)"},
         RangeCase{"MaxAttemptsAtMost3", "serving", "max_attempts", 4,
@@ -717,7 +734,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "must be empty or an environment variable name"},
         RangeCase{"EngineApiKeyEnvIsEnvName", "engine", "api_key_env", "$KEY",
                   "must be empty or an environment variable name"}),
-    [](const testing::TestParamInfo<RangeCase>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<RangeCase>& info) { return info.param.name; });
 
 // Values on the edge of each range are accepted.
 TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
@@ -894,6 +911,272 @@ TEST(ConfigFile, ValidFileLoads) {
   absl::StatusOr<Settings> s = LoadFleetConfig(file.path());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->model, "m");
+}
+
+// ---------------------------------------------------------------------------
+// What the schema check adds to protobuf's JSON parser, which accepts
+// camelCase names, null, quoted and 3.0 integers and "NaN".
+
+TEST(ConfigStrict, ProtobufLeniencyIsRejected) {
+  EXPECT_CONTAINS(ErrorOf(With("serving", "maxAttempts", 2)), "serving.maxAttempts: unknown key");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", nullptr)),
+                  "serving.max_attempts must be an integer (got null)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "max_inflight", "100")),
+                  "serving.max_inflight must be an integer (got string \"100\")");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "request_timeout_s", "NaN")),
+                  "serving.request_timeout_s must be a number of seconds (got string)");
+  EXPECT_CONTAINS(ErrorOf(With("serving", "retry_budget", "Infinity")),
+                  "serving.retry_budget must be a number (got string)");
+  EXPECT_CONTAINS(ErrorOf(With("", "model", nullptr)), "model must be a string (got null)");
+  EXPECT_CONTAINS(ErrorOf(With("", "engines", nullptr)), "engines must be an array (got null)");
+}
+
+TEST(ConfigStrict, SchemaAndValueErrorsAreReportedTogetherBySection) {
+  json config = MinimalConfig();
+  config["recovery"]["eject_after"] = 0;
+  config["serving"]["max_attempts"] = "2";
+  config["serving"]["max_inflight"] = 0;
+  config["listen"]["http"] = 1;
+  const std::string message = ErrorOf(config);
+  EXPECT_CONTAINS(message,
+                  "config: listen.http must be a string (got integer); "
+                  "serving.max_attempts must be an integer (got string \"2\"); "
+                  "serving.max_inflight must be between 1 and 100000 (got 0); "
+                  "recovery.eject_after must be >= 1 (got 0)");
+}
+
+TEST(ConfigStrict, InvalidKeyAddsNoSecondMessage) {
+  // A missing or ill-typed key is reported once, and rules that relate it to
+  // another key are skipped.
+  json config = MinimalConfig();
+  config["serving"] = {{"request_timeout_s", "x"}, {"prefill_timeout_s", 9999}};
+  config["engine"] = {{"first_token_timeout_s", 9999}};
+  const std::string message = ErrorOf(config);
+  EXPECT_EQ(message, "config: serving.request_timeout_s must be a number of seconds (got string)");
+  config = MinimalConfig();
+  config["engines"][0]["role"] = 7;
+  config["engines"][1].erase("url");
+  EXPECT_EQ(ErrorOf(config),
+            "config: engines[0].role must be a string (got integer); engines[1].url is required");
+}
+
+// ---------------------------------------------------------------------------
+// Engine identity and credentials.
+
+TEST(ConfigEngineIdentity, DuplicateUrlsRejectedAfterNormalization) {
+  json config = MinimalConfig();
+  config["engines"][1]["url"] = "http://127.0.0.1:8100/";
+  EXPECT_CONTAINS(ErrorOf(config),
+                  "engines[1].url \"http://127.0.0.1:8100\" is a duplicate of engines[0].url");
+  config["engines"] = {{{"iid", "a"}, {"url", "http://Engine-0:80"}},
+                       {{"iid", "b"}, {"url", "http://engine-0:080/"}},
+                       {{"iid", "c"}, {"url", "http://engine-0:81"}}};
+  const std::string message = ErrorOf(config);
+  EXPECT_CONTAINS(message,
+                  "engines[1].url \"http://engine-0:080\" is a duplicate of engines[0].url");
+  EXPECT_EQ(message.find("engines[2]"), std::string::npos) << message;
+  // Same host, different ports: two engines.
+  config["engines"].erase(1);
+  EXPECT_EQ(MustParse(config).engines.size(), 2u);
+}
+
+TEST(ConfigEngineIdentity, ConnectorMustBeKnown) {
+  EXPECT_CONTAINS(ErrorOf(With("engine", "connector", "LMCacheConnectorV1")),
+                  "engine.connector must be one of \"NixlConnector\" (got \"LMCacheConnectorV1\")");
+  EXPECT_CONTAINS(
+      ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", "nixl"}})),
+      "engine_contract.connector must be one of \"NixlConnector\" (got \"nixl\")");
+  EXPECT_EQ(MustParse(With("engine", "connector", "NixlConnector")).engine.connector,
+            "NixlConnector");
+}
+
+TEST(ConfigEngineIdentity, IidIsBounded) {
+  json config = MinimalConfig();
+  config["engines"][0]["iid"] = std::string(1 << 20, 'p');
+  const std::string message = ErrorOf(config);
+  EXPECT_EQ(message, "config: engines[0].iid must be at most 64 characters (got 1048576)");
+  config["engines"][0]["iid"] = std::string(64, 'p');
+  EXPECT_EQ(MustParse(config).engines[0].iid, std::string(64, 'p'));
+  config["engines"][0]["iid"] = "prefill-0.rack_7";
+  EXPECT_EQ(MustParse(config).engines[0].iid, "prefill-0.rack_7");
+  for (const char* bad : {"p/0", "p:0", "p0\xc3\xa9", "p\"0", "p\\0"}) {
+    config["engines"][0]["iid"] = bad;
+    EXPECT_CONTAINS(ErrorOf(config), "engines[0].iid must contain only [A-Za-z0-9._-]");
+  }
+}
+
+TEST(ConfigEngineIdentity, CredentialsAreRejectedAndNeverPrinted) {
+  for (const std::string url :
+       {"http://admin:s3cr3t@10.0.0.1:8000", "http://admin:s3cr3t@10.0.0.1:8000/v1",
+        "https://admin:s3cr3t@10.0.0.1", "http://admin:s3/cr3t@10.0.0.1:8000",
+        "ftp://admin:s3cr3t@h", "admin:s3cr3t@10.0.0.1:8000"}) {
+    SCOPED_TRACE(url);
+    const std::string message = UrlError(url);
+    EXPECT_CONTAINS(message,
+                    "engines[0].url must be http://host:port: credentials are not "
+                    "allowed");
+    EXPECT_EQ(message.find("s3cr3t"), std::string::npos) << message;
+    EXPECT_EQ(message.find("admin"), std::string::npos) << message;
+  }
+  EXPECT_CONTAINS(UrlError("http://admin:s3cr3t@10.0.0.1:8000"),
+                  "(got \"http://***@10.0.0.1:8000\")");
+  const std::string listen = ErrorOf(With("listen", "admin", "ops:s3cr3t@127.0.0.1:1"));
+  EXPECT_CONTAINS(listen,
+                  "listen.admin must be HOST:PORT: credentials are not allowed (got "
+                  "\"***@127.0.0.1:1\")");
+  EXPECT_EQ(listen.find("s3cr3t"), std::string::npos) << listen;
+  // Not even a syntax error echoes them.
+  const std::string syntax =
+      ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://admin:s3cr3t@h:1)");
+  EXPECT_CONTAINS(syntax, "invalid JSON at line 1");
+  EXPECT_EQ(syntax.find("s3cr3t"), std::string::npos) << syntax;
+}
+
+// ---------------------------------------------------------------------------
+// Keys that size a resource: each has an upper bound in the schema, and the
+// maximum values start a router that serves.
+
+TEST(ConfigResourceBounds, EveryCountAndNumberHasAnUpperBound) {
+  // Counts without a bound of their own (eject_after, liveness_misses,
+  // max_model_len) only compare; every other number has a (doc).max.
+  const std::vector<std::string> capped_by_type = {"eject_after", "liveness_misses",
+                                                   "max_model_len"};
+  for (const google::protobuf::Descriptor* d :
+       {config::v1::Serving::descriptor(), config::v1::EngineIo::descriptor(),
+        config::v1::Recovery::descriptor(), config::v1::EngineContract::descriptor()}) {
+    for (int i = 0; i < d->field_count(); ++i) {
+      const google::protobuf::FieldDescriptor* f = d->field(i);
+      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) continue;
+      const config::v1::Doc& doc = f->options().GetExtension(config::v1::doc);
+      const bool listed = std::find(capped_by_type.begin(), capped_by_type.end(), f->name()) !=
+                          capped_by_type.end();
+      EXPECT_EQ(doc.has_max(), !listed) << f->full_name();
+      EXPECT_TRUE(doc.has_min()) << f->full_name();
+    }
+  }
+  EXPECT_EQ(config::v1::FleetConfig::descriptor()
+                ->FindFieldByName("engines")
+                ->options()
+                .GetExtension(config::v1::doc)
+                .max(),
+            1024);
+}
+
+json ManyEngines(int count) {
+  json engines = json::array();
+  for (int i = 0; i < count; ++i) {
+    engines.push_back({{"iid", "e" + std::to_string(i)},
+                       {"url", "http://10.0." + std::to_string(i / 200) + "." +
+                                   std::to_string(i % 200) + ":8000"},
+                       {"role", i % 2 == 0 ? "prefill" : "decode"}});
+  }
+  return engines;
+}
+
+TEST(ConfigResourceBounds, AtMost1024Engines) {
+  const Settings s = MustParse(With("", "engines", ManyEngines(1024)));
+  ASSERT_EQ(s.engines.size(), 1024u);
+  router::RealClock clock;
+  router::Fleet fleet(s, clock, nullptr);  // per-engine state for all of them
+  EXPECT_EQ(ErrorOf(With("", "engines", ManyEngines(1025))),
+            "config: engines must have at most 1024 entries (got 1025)");
+}
+
+// Every key that sizes something at its maximum, on the embedded simulated
+// fleet, wired as narwhal-serve wires its data plane: the loops start, and
+// requests are served.
+TEST(ConfigResourceBounds, MaximumValuesStartAndServe) {
+  absl::StatusOr<std::unique_ptr<EmbeddedFleet>> embedded = EmbeddedFleet::Start();
+  ASSERT_TRUE(embedded.ok()) << embedded.status();
+  json config = SettingsToJson((*embedded)->settings());
+  config["serving"] = {{"max_attempts", 3},          {"request_timeout_s", 1e7},
+                       {"prefill_timeout_s", 1e7},   {"handoff_timeout_s", 1e7},
+                       {"retry_budget", 1e9},        {"retry_replenish", 1},
+                       {"max_inflight", 100000},     {"max_request_bytes", 1073741824},
+                       {"graceful_timeout_s", 1e7},  {"io_threads", 64},
+                       {"max_connections", 1000000}, {"max_header_bytes", 1048576},
+                       {"max_headers", 10000},       {"header_timeout_s", 1e7},
+                       {"keepalive_timeout_s", 1e7}};
+  config["engine"] = {{"first_token_timeout_s", 1e7},
+                      {"decode_read_timeout_s", 1e7},
+                      {"connect_timeout_s", 1e7},
+                      {"health_timeout_s", 1e7}};
+  config["recovery"] = {{"eject_after", INT_MAX},
+                        {"failure_quarantine_s", 1e7},
+                        {"readmit_interval_s", 1e7},
+                        {"liveness_interval_s", 1e7},
+                        {"liveness_misses", INT_MAX}};
+  const Settings s = MustParse(config);
+
+  engines::IoLoops loops(s.serving.io_threads);
+  EXPECT_EQ(loops.size(), 64);
+  router::RealClock clock;
+  engines::BeastEngineClient engine_client(EngineClientOptions(s), clock);
+  router::Fleet fleet(s, clock, nullptr);
+  router::Router router(s, engine_client, fleet, clock, nullptr, nullptr, 1);
+  prometheus::Registry registry;
+  OpenAiShim shim(s, router, fleet, clock, registry, "", loops);
+  absl::StatusOr<int> port = shim.Bind("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  shim.Start();
+
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "no stream");
+    const std::string body = json{
+        {"model", s.model},
+        {"prompt", "limits"},
+        {"max_tokens", 3},
+        {"stream", stream}}.dump();
+    narwhal::testing::RawHttpClient client(*port);
+    ASSERT_TRUE(client.connected());
+    client.Send(
+        "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
+    const std::optional<narwhal::testing::RawResponse> response =
+        client.Read(std::chrono::seconds(20));
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->status, 200) << response->body;
+    EXPECT_NE(response->body.find(stream ? "[DONE]" : "\"choices\""), std::string::npos)
+        << response->body;
+  }
+  shim.StopAccepting();
+  shim.Join();
+}
+
+// ---------------------------------------------------------------------------
+// The schema's other forms.
+
+TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
+  Settings s = MustParse(With(
+      "", "engine_contract",
+      {{"vllm_version", "v"}, {"model", "m"}, {"max_model_len", 7}, {"system_fingerprint", "fp"}}));
+  const config::v1::FleetConfig proto = SettingsToProto(s);
+  // Every field of every message is present.
+  std::vector<const google::protobuf::Message*> messages = {
+      &proto,           &proto.listen(), &proto.engines(0), &proto.engine_contract(),
+      &proto.serving(), &proto.admin(),  &proto.engine(),   &proto.recovery()};
+  for (const google::protobuf::Message* m : messages) {
+    const google::protobuf::Descriptor* d = m->GetDescriptor();
+    for (int i = 0; i < d->field_count(); ++i) {
+      const google::protobuf::FieldDescriptor* f = d->field(i);
+      if (f->is_repeated()) {
+        EXPECT_GT(m->GetReflection()->FieldSize(*m, f), 0) << f->full_name();
+      } else {
+        EXPECT_TRUE(m->GetReflection()->HasField(*m, f)) << f->full_name();
+      }
+    }
+  }
+  EXPECT_EQ(proto.engine_contract().max_model_len(), 7);
+}
+
+TEST(ConfigSchema, StructFormEqualsJsonForm) {
+  const Settings s = MustParse(With("recovery", "failure_quarantine_s", 7.5));
+  google::protobuf::Struct config;
+  ASSERT_TRUE(SettingsToStruct(s, &config).ok());
+  std::string text;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(config, &text).ok());
+  EXPECT_EQ(json::parse(text), SettingsToJson(s));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "server/log.h"
+#include "router/log.h"
 
 #include <sys/time.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <ctime>
 #include <string>
 
-namespace narwhal::server {
+namespace narwhal::router {
 
 void Log(LogLevel level, std::string_view message) {
   timeval tv{};
@@ -24,4 +24,4 @@ void Log(LogLevel level, std::string_view message) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
-}  // namespace narwhal::server
+}  // namespace narwhal::router
