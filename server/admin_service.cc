@@ -1,12 +1,17 @@
 #include "server/admin_service.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <utility>
 #include <vector>
 
+#include <grpcpp/alarm.h>
+
 #include "engines/engine_failure.h"
 #include "server/config_loader.h"
+#include "server/log.h"
 #include "server/wake_link.h"
 
 namespace narwhal::server {
@@ -247,131 +252,98 @@ class AdminService::PendingCall {
   bool finished_ = false;
 };
 
-class AdminService::WatchQueue {
- public:
-  explicit WatchQueue(size_t capacity) : capacity_(capacity) {}
-
-  // Set once, before the queue is shared.
-  void SetWake(std::function<void()> wake) { wake_ = std::move(wake); }
-
-  // From publishers (EventBus subscribers must not block): appends, or
-  // marks the watcher too slow when its queue is full; then wakes it.
-  void Push(const nlohmann::json& event) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (overflow_ || closed_) return;
-      if (events_.size() >= capacity_) {
-        overflow_ = true;
-        events_.clear();
-      } else {
-        events_.push_back(event);
-      }
-    }
-    wake_();
-  }
-
-  // Ends the stream (server shutdown).
-  void Close() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    wake_();
-  }
-
-  // The status to end the stream with, once it must end.
-  std::optional<grpc::Status> Ending() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown);
-    if (overflow_) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "event watcher too slow: more than " + std::to_string(capacity_) +
-                              " events queued; reconnect with since_seq to catch up");
-    }
-    return std::nullopt;
-  }
-
-  bool TryPop(nlohmann::json* out) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (events_.empty()) return false;
-    *out = std::move(events_.front());
-    events_.pop_front();
-    return true;
-  }
-
- private:
-  const size_t capacity_;
-  std::function<void()> wake_;
-  mutable std::mutex mu_;
-  std::deque<nlohmann::json> events_;
-  bool overflow_ = false;
-  bool closed_ = false;
-};
-
-// One WatchEvents stream: replays the requested history, then relays live
-// events, one write in flight.
+// One WatchEvents stream: a bounded EventBus watcher. Replays the requested
+// history, then relays live events, one write in flight. The stream ends
+// when its watcher overflows (RESOURCE_EXHAUSTED) or is closed at shutdown
+// (UNAVAILABLE); a client that takes nothing more cannot hold it past
+// AdminOptions::watch_stall_timeout from then: the call is cancelled.
 class AdminService::WatchReactor : public grpc::ServerWriteReactor<pb::Event> {
  public:
   WatchReactor(AdminService& service, grpc::CallbackServerContext* context,
                const pb::WatchEventsRequest& request)
       : service_(service),
+        context_(context),
         link_(std::make_shared<WakeLink<WatchReactor>>(this)),
-        queue_(std::make_shared<WatchQueue>(service.options_.watch_queue)) {
+        stalled_(std::make_shared<std::atomic<bool>>(false)) {
     if (grpc::Status admitted = service_.Admit(context); !admitted.ok()) {
       finished_ = true;
       Finish(admitted);
       return;
     }
+    // Watch first, then read the history: nothing published in between is
+    // lost, and live copies of replayed events are skipped. Wake-ups wait
+    // on mu_ until the replay is in place.
+    std::unique_lock<std::mutex> lock(mu_);
     std::shared_ptr<WakeLink<WatchReactor>> link = link_;
-    queue_->SetWake([link] { link->Wake(); });
-    {
-      std::lock_guard<std::mutex> lock(service_.mu_);
-      if (service_.shutting_down_) {
-        finished_ = true;
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown));
-        return;
-      }
-      service_.watchers_.insert(queue_);
+    watcher_ = service_.events_.Watch(service_.watch_limits_, [link] { link->Wake(); });
+    if (!watcher_) {
+      finished_ = true;
+      lock.unlock();
+      service_.LogWatchLimit(
+          "refused a WatchEvents stream: " + std::to_string(service_.watch_limits_.max_watchers) +
+          " watchers are open (admin.max_watchers); refused so far: " +
+          std::to_string(service_.events_.watch_stats().refused));
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          "too many event watchers: " + std::to_string(service_.watch_limits_.max_watchers) +
+              " are open (admin.max_watchers); retry later"));
+      return;
     }
+    bool shutting_down = false;
     {
-      // Subscribe first, then read the history: nothing published in
-      // between is lost, and live copies of replayed events are skipped.
-      // Wake-ups wait on mu_ until the replay is in place.
-      std::lock_guard<std::mutex> lock(mu_);
-      std::shared_ptr<WatchQueue> queue = queue_;
-      subscription_ =
-          service_.events_.Subscribe([queue](const nlohmann::json& e) { queue->Push(e); });
-      if (request.has_since_seq()) {
-        replay_until_ = request.since_seq();
-        for (nlohmann::json& e : service_.events_.Since(request.since_seq())) {
-          replay_until_ = std::max(replay_until_, e.value("seq", 0LL));
-          replay_.push_back(std::move(e));
-        }
+      std::lock_guard<std::mutex> service_lock(service_.mu_);
+      shutting_down = service_.shutting_down_;
+      if (!shutting_down) service_.watchers_.insert(watcher_);
+    }
+    if (shutting_down) {
+      finished_ = true;
+      lock.unlock();
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown));
+      return;
+    }
+    if (request.has_since_seq()) {
+      replay_until_ = request.since_seq();
+      for (router::EventBus::SharedEvent& e : service_.events_.SharedSince(request.since_seq())) {
+        replay_until_ = std::max(replay_until_, e->value("seq", 0LL));
+        replay_.push_back(std::move(e));
       }
     }
+    lock.unlock();
     Pump();
   }
 
   // Writes the next event if none is in flight, or ends the stream.
   void Pump() {
     std::unique_lock<std::mutex> lock(mu_);
-    if (writing_ || finished_) return;
-    if (std::optional<grpc::Status> ending = queue_->Ending()) {
-      finished_ = true;
+    if (watcher_ && !ending_) {
+      ending_ = Ending();
+      if (ending_) ArmStallGuard();
+    }
+    if (ending_ && stalled_->load() && !cancel_sent_) {
+      // The client has not taken the stream's end: free its resources.
+      cancel_sent_ = true;
       lock.unlock();
-      Finish(*ending);
+      context_->TryCancel();
       return;
     }
-    nlohmann::json event;
+    if (writing_ || finished_) return;
+    if (ending_) {
+      finished_ = true;
+      const grpc::Status status = *ending_;
+      lock.unlock();
+      Finish(status);
+      return;
+    }
+    router::EventBus::SharedEvent event;
     if (!replay_.empty()) {
       event = std::move(replay_.front());
       replay_.pop_front();
     } else {
       do {
-        if (!queue_->TryPop(&event)) return;  // the queue wakes us on the next one
-      } while (event.value("seq", 0LL) <= replay_until_);
+        if (!watcher_->TryPop(&event)) return;  // the watcher wakes us on the next one
+      } while (event->value("seq", 0LL) <= replay_until_);
     }
-    FillEvent(event, &message_);
+    FillEvent(*event, &message_);
     writing_ = true;
     lock.unlock();
     StartWrite(&message_);
@@ -403,26 +375,63 @@ class AdminService::WatchReactor : public grpc::ServerWriteReactor<pb::Event> {
   }
 
   void OnDone() override {
-    if (subscription_ != 0) service_.events_.Unsubscribe(subscription_);
-    {
+    if (watcher_) {
+      service_.events_.Unwatch(watcher_);
       std::lock_guard<std::mutex> lock(service_.mu_);
-      service_.watchers_.erase(queue_);
+      service_.watchers_.erase(watcher_);
     }
+    if (stall_alarm_) stall_alarm_->Cancel();
     std::shared_ptr<WakeLink<WatchReactor>> link = link_;  // outlives the reactor
     link->Done();
   }
 
  private:
+  // The status to end the stream with, once it must end (under mu_).
+  std::optional<grpc::Status> Ending() {
+    if (watcher_->closed()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, kShuttingDown);
+    if (!watcher_->overflowed()) return std::nullopt;
+    const router::WatchLimits& limits = service_.watch_limits_;
+    std::string bound = std::to_string(limits.buffer_bytes) + " bytes";
+    if (limits.buffer_events > 0) {
+      bound += " or " + std::to_string(limits.buffer_events) + " events";
+    }
+    service_.LogWatchLimit("ended a slow WatchEvents stream: its buffer passed " + bound + ", " +
+                           std::to_string(watcher_->dropped()) +
+                           " events dropped; slow watchers ended so far: " +
+                           std::to_string(service_.events_.watch_stats().overflowed));
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "subscriber too slow: events dropped (more than " + bound +
+                            " queued); reconnect with since_seq to catch up");
+  }
+
+  // From the decision to end on, the stream has watch_stall_timeout to end.
+  void ArmStallGuard() {
+    if (stall_alarm_) return;
+    stall_alarm_ = std::make_unique<grpc::Alarm>();
+    std::shared_ptr<WakeLink<WatchReactor>> link = link_;
+    std::shared_ptr<std::atomic<bool>> stalled = stalled_;
+    stall_alarm_->Set(std::chrono::system_clock::now() + service_.options_.watch_stall_timeout,
+                      [link, stalled](bool fired) {
+                        if (!fired) return;  // cancelled: the stream ended
+                        stalled->store(true);
+                        link->Wake();
+                      });
+  }
+
   AdminService& service_;
+  grpc::CallbackServerContext* const context_;
   std::shared_ptr<WakeLink<WatchReactor>> link_;
-  std::shared_ptr<WatchQueue> queue_;
-  int subscription_ = 0;
+  const std::shared_ptr<std::atomic<bool>> stalled_;
+  std::shared_ptr<router::EventBus::Watcher> watcher_;
+  std::unique_ptr<grpc::Alarm> stall_alarm_;
   std::mutex mu_;
-  std::deque<nlohmann::json> replay_;
+  std::deque<router::EventBus::SharedEvent> replay_;
   long long replay_until_ = 0;
+  std::optional<grpc::Status> ending_;
   bool writing_ = false;
   bool finished_ = false;
   bool cancelled_ = false;
+  bool cancel_sent_ = false;
   pb::Event message_;
 };
 
@@ -439,6 +448,7 @@ AdminService::AdminService(const router::Settings& settings, router::Fleet& flee
       client_(client),
       clock_(clock),
       options_(std::move(options)),
+      watch_limits_{options_.max_watchers, options_.watch_buffer_bytes, options_.watch_queue},
       workers_(std::make_unique<router::WorkerPool>(std::max<size_t>(1, options_.workers))) {
   counts_subscription_ =
       events_.Subscribe([counts = counts_](const nlohmann::json& e) { counts->Count(e); });
@@ -447,6 +457,24 @@ AdminService::AdminService(const router::Settings& settings, router::Fleet& flee
 AdminService::~AdminService() {
   events_.Unsubscribe(counts_subscription_);
   workers_.reset();  // runs what is queued, joins
+}
+
+void AdminService::LogWatchLimit(const std::string& message) {
+  long long suppressed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_watch_log_) {
+      ++watch_logs_suppressed_;
+      return;
+    }
+    next_watch_log_ = now + std::chrono::seconds(1);
+    suppressed = watch_logs_suppressed_;
+    watch_logs_suppressed_ = 0;
+  }
+  std::string line = "narwhal-serve: admin: " + message;
+  if (suppressed > 0) line += " (" + std::to_string(suppressed) + " similar lines suppressed)";
+  LogWarning(line);
 }
 
 void AdminService::EventCounts::Count(const nlohmann::json& event) {
@@ -521,7 +549,7 @@ grpc::ServerUnaryReactor* AdminService::Defer(
 
 void AdminService::Shutdown() {
   std::set<std::shared_ptr<PendingCall>> pending;
-  std::set<std::shared_ptr<WatchQueue>> watchers;
+  std::set<std::shared_ptr<router::EventBus::Watcher>> watchers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
@@ -530,7 +558,7 @@ void AdminService::Shutdown() {
   }
   const grpc::Status unavailable(grpc::StatusCode::UNAVAILABLE, kShuttingDown);
   for (const auto& call : pending) call->Finish(unavailable, nullptr);
-  for (const auto& queue : watchers) queue->Close();
+  for (const auto& watcher : watchers) watcher->Close();
 }
 
 router::PreflightReport AdminService::Preflight(router::PairMode pairs,

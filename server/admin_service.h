@@ -4,17 +4,23 @@
 // quarantine, config, the last preflight report) answer from Fleet
 // snapshots inline. RPCs that do engine I/O — RunPreflight (B18) and
 // ReadmitEngine (the validation of B17) — run on a small worker pool owned
-// by the service and finish from there. WatchEvents subscribes to the
-// EventBus with a callback that only appends to the watcher's bounded queue
-// and wakes its reactor; the reactor keeps one write in flight, and a
-// watcher whose queue overflows is ended with RESOURCE_EXHAUSTED, so a slow
+// by the service and finish from there. WatchEvents opens a bounded EventBus
+// watcher (router/event_bus.h): publishing only appends to its buffer and
+// wakes the stream's reactor, which keeps one write in flight, so a slow
 // watcher never blocks the publishers (client requests, the fleet monitor).
+// At most AdminOptions::max_watchers streams are open (one more is refused
+// with RESOURCE_EXHAUSTED), and a stream whose buffer passes
+// watch_buffer_bytes (or watch_queue events) is ended with
+// RESOURCE_EXHAUSTED; a client that does not take that end within
+// watch_stall_timeout is cancelled, so it cannot keep its place either.
+// Both are counted (EventBus::watch_stats) and logged, at most once a second.
 //
 // With a non-empty token every RPC requires the metadata
 // "authorization: Bearer <token>" (else UNAUTHENTICATED).
 #ifndef NARWHAL_SERVER_ADMIN_SERVICE_H_
 #define NARWHAL_SERVER_ADMIN_SERVICE_H_
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,8 +49,17 @@ struct AdminOptions {
   std::string token;
   // Threads for RunPreflight and ReadmitEngine.
   size_t workers = 4;
-  // Events a watcher may have queued before it is ended as too slow.
+  // WatchEvents streams open at once; one more is refused (RESOURCE_EXHAUSTED).
+  size_t max_watchers = 64;
+  // Bytes (EventBus::ChargedBytes) a watcher may have queued before it is
+  // ended as too slow (RESOURCE_EXHAUSTED).
+  size_t watch_buffer_bytes = 1 << 20;
+  // Events a watcher may have queued before it is ended as too slow; 0 =
+  // bounded by bytes only.
   size_t watch_queue = 1024;
+  // Once a stream must end (too slow, shutdown), how long its client has to
+  // take the end before the call is cancelled.
+  std::chrono::milliseconds watch_stall_timeout = std::chrono::seconds(10);
 };
 
 class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
@@ -113,8 +128,6 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
  private:
   // A deferred unary call, finished once by its work or by Shutdown.
   class PendingCall;
-  // A watcher's bounded event queue, shared with its EventBus subscription.
-  class WatchQueue;
   class WatchReactor;
 
   // Per-engine event counters, fed by an EventBus subscription. Shared
@@ -134,6 +147,9 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
     void Count(const nlohmann::json& event);
   };
 
+  // A warning about a refused or slow watcher, at most one a second (the
+  // others are counted in the next line).
+  void LogWatchLimit(const std::string& message);
   // OK, or UNAUTHENTICATED / UNAVAILABLE (shutting down).
   grpc::Status Admit(grpc::CallbackServerContext* context) const;
   // The engine's snapshot, or NOT_FOUND / INVALID_ARGUMENT.
@@ -155,6 +171,7 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   engines::EngineClient& client_;
   const router::Clock& clock_;
   const AdminOptions options_;
+  const router::WatchLimits watch_limits_;
   const std::shared_ptr<EventCounts> counts_ = std::make_shared<EventCounts>();
   int counts_subscription_ = 0;
 
@@ -165,7 +182,10 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   // Engines whose ReadmitEngine validation is running.
   std::set<std::string> readmitting_;
   std::set<std::shared_ptr<PendingCall>> pending_;
-  std::set<std::shared_ptr<WatchQueue>> watchers_;
+  // Open WatchEvents streams, for Shutdown.
+  std::set<std::shared_ptr<router::EventBus::Watcher>> watchers_;
+  std::chrono::steady_clock::time_point next_watch_log_;
+  long long watch_logs_suppressed_ = 0;
 
   // Last member: destroyed (joined) first, while the state above is alive.
   std::unique_ptr<router::WorkerPool> workers_;

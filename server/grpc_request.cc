@@ -4,6 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include "engines/json_limits.h"
 
 namespace narwhal::server {
@@ -18,6 +21,38 @@ GrpcParsedRequest Fail(std::string message, std::string param) {
 }
 
 }  // namespace
+
+bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
+                           narwhal::v1::GenerateRequest* out, DecodeError* error) {
+  if (!bytes.Valid()) {
+    *error = {400, "malformed_message", "the call carried no request message"};
+    return false;
+  }
+  const size_t size = bytes.Length();
+  if (max_bytes >= 0 && size > static_cast<unsigned long long>(max_bytes)) {
+    *error = {413, "too_large",
+              "request message of " + std::to_string(size) +
+                  " bytes exceeds serving.max_request_bytes (" + std::to_string(max_bytes) +
+                  " bytes)"};
+    return false;
+  }
+  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable one
+  grpc::ProtoBufferReader reader(&copy);
+  if (reader.status().ok() && out->ParseFromZeroCopyStream(&reader)) return true;
+  out->Clear();
+  // Which way it is broken: as bare wire format, or only as this message.
+  grpc::ByteBuffer again(bytes);
+  grpc::ProtoBufferReader wire_reader(&again);
+  google::protobuf::UnknownFieldSet wire;
+  const bool well_formed = wire_reader.status().ok() && wire.ParseFromZeroCopyStream(&wire_reader);
+  error->status = 400;
+  error->reason = "malformed_message";
+  error->message =
+      well_formed ? "request message is not a valid narwhal.v1.GenerateRequest: a string field "
+                    "is not valid UTF-8, a field has the wrong wire type, or it nests too deeply"
+                  : "request message is not valid protobuf (malformed or truncated)";
+  return false;
+}
 
 json ValueToJson(const google::protobuf::Value& value) {
   switch (value.kind_case()) {

@@ -1,11 +1,13 @@
-// Translation of narwhal.v1.GenerateRequest into the OpenAI body the router
-// forwards, validated by the same rules as the HTTP shim (openai_request.h).
+// Decoding of a narwhal.v1.GenerateRequest received as bytes, and its
+// translation into the OpenAI body the router forwards, validated by the
+// same rules as the HTTP shim (openai_request.h).
 #ifndef NARWHAL_SERVER_GRPC_REQUEST_H_
 #define NARWHAL_SERVER_GRPC_REQUEST_H_
 
 #include <string>
 
 #include <google/protobuf/struct.pb.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
@@ -13,6 +15,23 @@
 #include "server/openai_request.h"
 
 namespace narwhal::server {
+
+// Why a received message is refused before translation: 413 (over the
+// limit) or 400 (not a GenerateRequest), with the journal reason and the
+// client's message.
+struct DecodeError {
+  int status = 400;
+  std::string reason;
+  std::string message;
+};
+
+// Parses `bytes` into `out`. False, with `error` set, when the message is
+// larger than `max_bytes` (serving.max_request_bytes; checked before any
+// parsing), missing, malformed or truncated protobuf, or not a
+// GenerateRequest (a string field that is not valid UTF-8, a field of the
+// wrong wire type, nesting past protobuf's recursion limit).
+bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
+                           narwhal::v1::GenerateRequest* out, DecodeError* error);
 
 struct GrpcParsedRequest {
   engines::Api api = engines::Api::kCompletions;

@@ -1,5 +1,7 @@
 #include "server/inference_service.h"
 
+#include <algorithm>
+#include <climits>
 #include <memory>
 #include <mutex>
 
@@ -14,6 +16,14 @@ namespace {
 
 using Sink = GrpcSink;
 
+// `message` serialized into `out` (which it replaces).
+template <typename Message>
+void Serialize(const Message& message, grpc::ByteBuffer* out) {
+  out->Clear();
+  bool own = false;
+  grpc::SerializationTraits<Message>::Serialize(message, out, &own);
+}
+
 void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   const long long prompt = o.prompt_tokens >= 0 ? o.prompt_tokens : 0;
   usage->set_prompt_tokens(static_cast<uint32_t>(prompt));
@@ -21,10 +31,10 @@ void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   usage->set_total_tokens(static_cast<uint32_t>(prompt + o.output_tokens));
 }
 
-class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateResponse> {
+class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GenerateReactor(InferenceService& service, grpc::CallbackServerContext* context,
-                  const narwhal::v1::GenerateRequest& request)
+                  const grpc::ByteBuffer& request)
       : link_(std::make_shared<WakeLink<GenerateReactor>>(this)) {
     InferenceService::Admission admission = service.Admit(context, request, /*stream=*/true);
     if (!admission.ok) {
@@ -56,9 +66,10 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
           delta->set_text(chunk_.text);
           delta->set_token_index(index);
           delta->set_finish_reason(chunk_.finish_reason);
+          Serialize(response_, &wire_);
           writing_ = true;
           lock.unlock();
-          StartWrite(&response_);
+          StartWrite(&wire_);
           return;
         }
         case Sink::Pop::kEnd: {
@@ -76,8 +87,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
           final->set_ttft_s(o.ttft_s.value_or(0));
           final->set_first_byte_s(o.first_byte_s.value_or(0));
           final->set_request_id(rid_);
+          Serialize(response_, &wire_);
           lock.unlock();
-          StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+          StartWriteAndFinish(&wire_, grpc::WriteOptions(), grpc::Status::OK);
           return;
         }
       }
@@ -116,13 +128,13 @@ class GenerateReactor : public grpc::ServerWriteReactor<narwhal::v1::GenerateRes
   long long tokens_ = 0;
   GrpcChunk chunk_;
   narwhal::v1::GenerateResponse response_;
+  grpc::ByteBuffer wire_;  // response_ serialized, held until its write is done
 };
 
 class CompleteReactor : public grpc::ServerUnaryReactor {
  public:
   CompleteReactor(InferenceService& service, grpc::CallbackServerContext* context,
-                  const narwhal::v1::GenerateRequest& request,
-                  narwhal::v1::CompleteResponse* response)
+                  const grpc::ByteBuffer& request, grpc::ByteBuffer* response)
       : link_(std::make_shared<WakeLink<CompleteReactor>>(this)), response_(response) {
     InferenceService::Admission admission = service.Admit(context, request, /*stream=*/false);
     if (!admission.ok) {
@@ -164,12 +176,14 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
         text = c["message"]["content"].get<std::string>();
       }
     }
-    response_->set_text(text);
-    response_->set_finish_reason(o.finish_reason);
-    FillUsage(o, response_->mutable_usage());
-    response_->set_ttft_s(o.ttft_s.value_or(0));
-    response_->set_first_byte_s(o.first_byte_s.value_or(0));
-    response_->set_request_id(rid_);
+    narwhal::v1::CompleteResponse response;
+    response.set_text(text);
+    response.set_finish_reason(o.finish_reason);
+    FillUsage(o, response.mutable_usage());
+    response.set_ttft_s(o.ttft_s.value_or(0));
+    response.set_first_byte_s(o.first_byte_s.value_or(0));
+    response.set_request_id(rid_);
+    Serialize(response, response_);
     Finish(grpc::Status::OK);
   }
 
@@ -181,7 +195,7 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
 
  private:
   std::shared_ptr<WakeLink<CompleteReactor>> link_;
-  narwhal::v1::CompleteResponse* response_;
+  grpc::ByteBuffer* response_;
   std::shared_ptr<Sink> channel_;
   std::string rid_;
   std::mutex mu_;
@@ -236,12 +250,11 @@ void InferenceService::Submit(router::Request request, std::shared_ptr<GrpcSink>
 }
 
 InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext* context,
-                                                    const narwhal::v1::GenerateRequest& req,
+                                                    const grpc::ByteBuffer& message,
                                                     bool stream) {
   Admission a;
   router::Request& r = a.request;
   r.rid = router_.NewRequestId();
-  r.client_rid = req.request_id();
   r.door = router::Door::kGrpc;
   r.arrived = clock_.Now();
   r.arrived_wall = clock_.WallNow();
@@ -256,6 +269,18 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
   }
   context->AddInitialMetadata("x-request-id", r.rid);
 
+  // Decoded first, so that even a refusal for the API key keeps the
+  // client's request_id; a message that does not decode is refused after
+  // the key check.
+  narwhal::v1::GenerateRequest req;
+  DecodeError decode_error;
+  const bool decoded =
+      DecodeGenerateRequest(message, settings_.serving.max_request_bytes, &req, &decode_error);
+  if (decoded) r.client_rid = req.request_id();
+  if (decoded && req.input_case() == narwhal::v1::GenerateRequest::kMessages) {
+    r.api = engines::Api::kChatCompletions;
+  }
+
   if (!api_key_.empty()) {
     const auto& md = context->client_metadata();
     auto it = md.find("authorization");
@@ -265,6 +290,12 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
       router_.RecordRefused(r, a.refusal);
       return a;
     }
+  }
+  if (!decoded) {
+    a.refusal = Refusal(decode_error.status, router::ErrorType::kInvalidRequest,
+                        std::move(decode_error.reason), std::move(decode_error.message));
+    router_.RecordRefused(r, a.refusal);
+    return a;
   }
   GrpcParsedRequest parsed = TranslateGenerateRequest(req, stream, settings_.model);
   r.api = parsed.api;
@@ -280,15 +311,21 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
   return a;
 }
 
-grpc::ServerWriteReactor<narwhal::v1::GenerateResponse>* InferenceService::Generate(
-    grpc::CallbackServerContext* context, const narwhal::v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateReactor(*this, context, *request);
 }
 
 grpc::ServerUnaryReactor* InferenceService::Complete(grpc::CallbackServerContext* context,
-                                                     const narwhal::v1::GenerateRequest* request,
-                                                     narwhal::v1::CompleteResponse* response) {
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
   return new CompleteReactor(*this, context, *request, response);
+}
+
+int GrpcMaxReceiveBytes(const router::Settings& settings) {
+  const long long limit = std::max(0LL, settings.serving.max_request_bytes);
+  const long long bound = limit + std::max(limit, 1LL << 20);
+  return static_cast<int>(std::min<long long>(bound, INT_MAX));
 }
 
 }  // namespace narwhal::server

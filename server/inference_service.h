@@ -8,6 +8,14 @@
 // deadline is converted once into the router's monotonic deadline; a client
 // cancel cancels the request (B19). Errors end the RPC with the status of
 // server/status_table and a narwhal.v1.ErrorInfo in the rich status details.
+//
+// Generate and Complete take their request as raw bytes and decode it here,
+// so a message that is over serving.max_request_bytes (413) or does not
+// decode (400: malformed or truncated protobuf, invalid UTF-8 in a string
+// field) is refused like any other bad request — INVALID_ARGUMENT with
+// ErrorInfo, and a journal row `terminal: invalid` — instead of by gRPC
+// before any of this code runs. For that the server's own receive bound
+// (GrpcMaxReceiveBytes) sits above the project's limit.
 #ifndef NARWHAL_SERVER_INFERENCE_SERVICE_H_
 #define NARWHAL_SERVER_INFERENCE_SERVICE_H_
 
@@ -26,28 +34,36 @@ namespace narwhal::server {
 
 class GrpcSink;
 
-class InferenceService final : public narwhal::v1::Inference::CallbackService {
+// Both methods with raw (undecoded) request and response messages; the
+// wire format is narwhal.v1's all the same.
+using RawInferenceService = narwhal::v1::Inference::WithRawCallbackMethod_Generate<
+    narwhal::v1::Inference::WithRawCallbackMethod_Complete<narwhal::v1::Inference::Service>>;
+
+class InferenceService final : public RawInferenceService {
  public:
   // `api_key` empty = no client authentication (else metadata
   // "authorization: Bearer <key>" is required).
   InferenceService(const router::Settings& settings, router::Router& router,
                    const router::Clock& clock, engines::IoLoops& loops, std::string api_key);
 
-  grpc::ServerWriteReactor<narwhal::v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const narwhal::v1::GenerateRequest* request) override;
+  // Generate(GenerateRequest) returns (stream GenerateResponse).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
 
+  // Complete(GenerateRequest) returns (CompleteResponse).
   grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context,
-                                     const narwhal::v1::GenerateRequest* request,
-                                     narwhal::v1::CompleteResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
   // Shared by both reactors: a router::Request for this call, or an outcome
-  // refusing it (bad request, wrong model, bad API key) already journaled.
+  // refusing it (bad API key, oversized or undecodable message, bad
+  // request, wrong model) already journaled.
   struct Admission {
     bool ok = false;
     router::Request request;
     router::Outcome refusal;
   };
-  Admission Admit(grpc::CallbackServerContext* context, const narwhal::v1::GenerateRequest& req,
+  Admission Admit(grpc::CallbackServerContext* context, const grpc::ByteBuffer& message,
                   bool stream);
 
   router::Router& router() { return router_; }
@@ -66,6 +82,13 @@ class InferenceService final : public narwhal::v1::Inference::CallbackService {
 // The gRPC status for an outcome: code from the status table, message, and
 // a google.rpc.Status carrying narwhal.v1.ErrorInfo as details.
 grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& request_id);
+
+// The receive bound to give the gRPC server that carries the service
+// (ServerBuilder::SetMaxReceiveMessageSize): serving.max_request_bytes plus
+// as much again (at least 1 MiB), so a message somewhat over the limit
+// reaches the service, which refuses and journals it; only one past this
+// bound too is refused by gRPC itself (RESOURCE_EXHAUSTED, no journal row).
+int GrpcMaxReceiveBytes(const router::Settings& settings);
 
 }  // namespace narwhal::server
 

@@ -96,11 +96,13 @@ bool ParseArgs(int argc, char** argv, Args* args) {
 
 // A gRPC server for `service` on `address` (port 0 picks one; *bound gets
 // the actual port), or null when it cannot bind. A second server on the same
-// port fails instead of sharing it (no SO_REUSEPORT).
+// port fails instead of sharing it (no SO_REUSEPORT). `max_receive_bytes`
+// > 0 replaces gRPC's bound on a received message.
 std::unique_ptr<grpc::Server> StartGrpcServer(const std::string& address, grpc::Service* service,
-                                              int* bound) {
+                                              int* bound, int max_receive_bytes = 0) {
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(max_receive_bytes);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -223,7 +225,7 @@ int Serve(const Args& args) {
   SplitHostPort(settings.listen.grpc, &grpc_host, &grpc_port);
   int grpc_bound = 0;
   std::unique_ptr<grpc::Server> grpc_server =
-      StartGrpcServer(settings.listen.grpc, &inference, &grpc_bound);
+      StartGrpcServer(settings.listen.grpc, &inference, &grpc_bound, GrpcMaxReceiveBytes(settings));
   if (!grpc_server) {
     LogError("narwhal-serve: cannot bind the gRPC listener to " + settings.listen.grpc);
     shim.StopAccepting();

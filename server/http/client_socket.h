@@ -3,7 +3,10 @@
 // Every read and write of the connection — the request reader, the watch for
 // a client that goes away, the SSE sink — goes through this one socket on
 // the connection's loop; the timer (server/http/door_timer.h) closes it when
-// the bound of the moment passes, which ends the operation waiting on it.
+// the bound of the moment passes, which ends the operation waiting on it —
+// except the header bound: a head that stops arriving only has its read
+// cancelled, so the connection can still answer it (408) when it got as far
+// as a request line.
 //
 // Not thread-safe: used from the connection's loop only.
 #ifndef NARWHAL_SERVER_HTTP_CLIENT_SOCKET_H_
@@ -29,7 +32,7 @@ class ClientSocket {
   ClientSocket(tcp::socket socket, const engines::Clock& clock)
       : socket_(std::move(socket)),
         clock_(clock),
-        timer_(clock, socket_.get_executor(), [this] { Close(); }) {}
+        timer_(clock, socket_.get_executor(), [this] { OnExpire(); }) {}
   ClientSocket(const ClientSocket&) = delete;
   ClientSocket& operator=(const ClientSocket&) = delete;
 
@@ -72,6 +75,15 @@ class ClientSocket {
   }
 
  private:
+  void OnExpire() {
+    if (timer_.fired_bound() == DoorBound::kHeader) {
+      error_code ignored;
+      socket_.cancel(ignored);
+      return;
+    }
+    Close();
+  }
+
   tcp::socket socket_;
   const engines::Clock& clock_;
   DoorTimer timer_;

@@ -1,6 +1,7 @@
 #include "server/http/connection.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <utility>
@@ -38,6 +39,7 @@ constexpr size_t kBufferSlack = 16 * 1024;
 constexpr const char* kMalformed = "malformed_http";
 constexpr const char* kTooLarge = "too_large";
 constexpr const char* kHeadersTooLarge = "headers_too_large";
+constexpr const char* kHeaderTimeout = "header_timeout";
 constexpr const char* kLengthConflict =
     "a request with both Content-Length and Transfer-Encoding is not allowed";
 constexpr const char* kUnsupportedCoding = "Transfer-Encoding other than chunked is not supported";
@@ -50,6 +52,13 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+// "10 s", "0.3 s".
+std::string SecondsText(engines::MonoClock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", engines::Seconds(d));
+  return buf;
 }
 
 bool IsHttpSyntaxError(const error_code& ec) {
@@ -192,11 +201,32 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
 }
 
 Awaitable<Connection::Next> Connection::RefuseHead(RequestParser& parser, error_code ec) {
-  if (socket_->timer().fired() || !socket_->open()) co_return Next::kClose;
-  const HttpRequest& partial = parser.get();
+  DoorTimer& timer = socket_->timer();
+  if (!socket_->open()) co_return Next::kClose;
+  // What Beast parsed of the head — nothing when it stopped before the end
+  // of the head (too large, too slow): then the request line as it arrived,
+  // if it did.
+  HttpRequest line;
+  const bool unparsed = parser.get().target().empty();
+  const bool line_read =
+      unparsed && ParseRequestLine(std::string_view(static_cast<const char*>(buffer_.data().data()),
+                                                    buffer_.size()),
+                                   &line);
+  const HttpRequest& partial = line_read ? line : parser.get();
   const std::string_view path = PathOf(partial.target());
   // Messages are built before each co_await: GCC 12 mishandles temporaries
   // of a conditional expression that spans a suspension.
+  if (timer.fired()) {
+    // Only the header bound leaves the socket open (ClientSocket); a head
+    // cut before its request line never became a request: closed unanswered.
+    if (timer.fired_bound() != DoorBound::kHeader || partial.target().empty()) {
+      co_return Next::kClose;
+    }
+    timer.ClearExpiry();
+    std::string message = "request headers not received within serving.header_timeout_s (" +
+                          SecondsText(options_.header_timeout) + ")";
+    co_return co_await Refuse(partial, path, 408, kHeaderTimeout, std::move(message));
+  }
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     std::string message;
     if (parser.too_many_fields()) {

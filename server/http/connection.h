@@ -7,11 +7,14 @@
 // the connection. Bounds (server/http/http_door_options.h): the wait for a
 // request's first byte (header timeout on a new connection, keep-alive
 // timeout between requests), the header timeout from that byte to the end of
-// the headers, header count and bytes (431), the body limit for either
+// the headers (408 once a request line arrived, else closed unanswered),
+// header count and bytes (431), the body limit for either
 // framing (413) and the silence and total bounds while a body arrives, the
 // write timeout of a response. A request with both Content-Length and
 // Transfer-Encoding, or a coding other than chunked, is refused with 400 and
-// ends the connection (request smuggling).
+// ends the connection (request smuggling). Every such refusal of a request
+// whose request line arrived goes through HttpRoutes::Refuse, which journals
+// it (`invalid`, with the status sent) when it names a generation route.
 //
 // A generation request runs inside this coroutine (HttpRoutes::Serve, i.e.
 // Router::Serve) with an SseSink; meanwhile a concurrent read watches the
@@ -59,7 +62,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class Next { kKeepAlive, kClose, kLingerClose };
 
   engines::Awaitable<Next> ServeOne(bool first);
-  // A request whose head failed to parse: `ec` says why.
+  // A request whose head failed to parse (`ec` says why) or did not arrive
+  // within the header timeout.
   engines::Awaitable<Next> RefuseHead(RequestParser& parser, boost::system::error_code ec);
   engines::Awaitable<Next> Refuse(const HttpRequest& partial, std::string_view path, int status,
                                   std::string reason, std::string message);

@@ -7,7 +7,7 @@
 // Re-arming to a later deadline only stores it: the pending wait wakes at the
 // old one, sees the deadline moved and waits again, so a request or a relayed
 // frame costs no timer syscall. On expiry `on_expire` runs once (it closes
-// the socket, which ends whatever operation was waiting).
+// the socket, or cancels its operations, which ends whatever was waiting).
 //
 // Not thread-safe: used from the connection's loop only. Reads time from the
 // injected Clock.
@@ -37,6 +37,9 @@ class DoorTimer {
   void Pause() { deadline_ = engines::MonoTime::max(); }
 
   bool fired() const { return fired_bound_ != DoorBound::kNone; }
+  // Forgets an expiry that left the socket open (the header bound: see
+  // ClientSocket), so the timer bounds what answers it.
+  void ClearExpiry() { fired_bound_ = DoorBound::kNone; }
   DoorBound fired_bound() const { return fired_bound_; }
 
  private:

@@ -9,12 +9,19 @@
 // It also remembers whether a Content-Length and a Transfer-Encoding field
 // both appeared (Beast accepts that pair when the coding is not "chunked"):
 // the door refuses such a request (request smuggling).
+//
+// Beast parses nothing of a head until all of it is there, so a head that
+// is cut short — too large (431) or too slow (408) — leaves the parser
+// empty; ParseRequestLine() reads its request line from the raw bytes, so
+// the door can still tell which request it refuses (and journal it).
 #ifndef NARWHAL_SERVER_HTTP_REQUEST_PARSER_H_
 #define NARWHAL_SERVER_HTTP_REQUEST_PARSER_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
+#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -61,6 +68,43 @@ class RequestParser final
   bool content_length_ = false;
   int transfer_encoding_ = 0;
 };
+
+// The request line at the start of `bytes` — "METHOD SP request-target SP
+// HTTP/1.0|1.1 CRLF", after any empty lines — into `out`'s method, target
+// and version. False unless `bytes` holds a complete, well-formed one (a
+// token method, a target of visible ASCII).
+inline bool ParseRequestLine(
+    std::string_view bytes,
+    boost::beast::http::request<boost::beast::http::string_body>* out) {
+  while (bytes.substr(0, 2) == "\r\n") bytes.remove_prefix(2);
+  const size_t end = bytes.find("\r\n");
+  if (end == std::string_view::npos) return false;
+  const std::string_view line = bytes.substr(0, end);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos) return false;
+  const std::string_view method = line.substr(0, sp1);
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  auto is_tchar = [](unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+  };
+  if (method.empty() || target.empty()) return false;
+  for (const char c : method) {
+    if (!is_tchar(static_cast<unsigned char>(c))) return false;
+  }
+  for (const char c : target) {
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      return false;
+    }
+  }
+  if (version != "HTTP/1.0" && version != "HTTP/1.1") return false;
+  out->method_string(method);
+  out->target(target);
+  out->version(version == "HTTP/1.0" ? 10 : 11);
+  return true;
+}
 
 }  // namespace narwhal::server
 
