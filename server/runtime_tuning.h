@@ -9,6 +9,8 @@ namespace narwhal::server {
 // every lock in its core — keeps a lock-order graph and checks it for cycles
 // on every Lock(), and aborts the process on a suspected cycle. That is a
 // debugging aid: a server turns it off, as a release build of Abseil does.
+// Protobuf's own log lines (one per undecodable message) are rate-limited to
+// one a second into the process log.
 void TuneRuntime();
 
 }  // namespace narwhal::server
