@@ -77,6 +77,10 @@ struct ServingSettings {
 
 struct AdminSettings {
   std::string token_env;  // env var holding the admin bearer token; "" = none
+  int max_watchers = 64;                 // WatchEvents streams open at once
+  int watch_buffer_bytes = 1 << 20;      // queued bytes per stream before it is ended
+  int watch_queue = 1024;                // queued events per stream (0 = bytes only)
+  double watch_stall_timeout_s = 10;     // time to take the end before cancellation
 };
 
 struct EngineIoSettings {

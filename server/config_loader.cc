@@ -819,7 +819,12 @@ bool ValidateServing(const Fields& f, router::ServingSettings* out) {
 }
 
 void ValidateAdmin(const Fields& f, router::AdminSettings* out) {
-  f.EnvVarName(pb::Admin::kTokenEnvFieldNumber, &out->token_env);
+  using A = pb::Admin;
+  f.EnvVarName(A::kTokenEnvFieldNumber, &out->token_env);
+  f.Int(A::kMaxWatchersFieldNumber, &out->max_watchers);
+  f.Int(A::kWatchBufferBytesFieldNumber, &out->watch_buffer_bytes);
+  f.Int(A::kWatchQueueFieldNumber, &out->watch_queue);
+  f.Number(A::kWatchStallTimeoutSFieldNumber, &out->watch_stall_timeout_s);
 }
 
 // `request_timeout_s` is nullopt when serving.request_timeout_s was invalid.
@@ -1020,6 +1025,10 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   serving->set_header_timeout_s(sv.header_timeout_s);
   serving->set_keepalive_timeout_s(sv.keepalive_timeout_s);
   c.mutable_admin()->set_token_env(s.admin.token_env);
+  c.mutable_admin()->set_max_watchers(s.admin.max_watchers);
+  c.mutable_admin()->set_watch_buffer_bytes(s.admin.watch_buffer_bytes);
+  c.mutable_admin()->set_watch_queue(s.admin.watch_queue);
+  c.mutable_admin()->set_watch_stall_timeout_s(s.admin.watch_stall_timeout_s);
   pb::EngineIo* engine = c.mutable_engine();
   engine->set_first_token_timeout_s(s.engine.first_token_timeout_s);
   engine->set_decode_read_timeout_s(s.engine.decode_read_timeout_s);

@@ -180,6 +180,11 @@ int Serve(const Args& args) {
     LogWarning("narwhal-serve: admin.token_env names " + settings.admin.token_env +
                ", which is unset or empty: the admin API requires no token");
   }
+  admin_options.max_watchers = static_cast<size_t>(settings.admin.max_watchers);
+  admin_options.watch_buffer_bytes = static_cast<size_t>(settings.admin.watch_buffer_bytes);
+  admin_options.watch_queue = static_cast<size_t>(settings.admin.watch_queue);
+  admin_options.watch_stall_timeout = std::chrono::milliseconds(
+      static_cast<long long>(settings.admin.watch_stall_timeout_s * 1000));
   AdminService admin(settings, fleet, prober, events, control_client, clock, admin_options);
 
   // --preflight (B18) runs before any listener is bound.

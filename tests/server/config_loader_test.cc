@@ -262,7 +262,7 @@ TEST(ConfigJson, SettingsToJsonListsEveryKey) {
   EXPECT_EQ(out["engine"].size(), 6u);
   EXPECT_EQ(out["recovery"].size(), 6u);
   EXPECT_EQ(out["listen"].size(), 3u);
-  EXPECT_EQ(out["admin"].size(), 1u);
+  EXPECT_EQ(out["admin"].size(), 5u);
   EXPECT_EQ(out["engines"][0]["role"], "prefill");
   EXPECT_EQ(out["recovery"]["engine_restart_policy"], "individual");
 }
