@@ -5,6 +5,9 @@
 namespace narwhal::engines {
 namespace {
 
+// Room for a line's field name ("data: ") past the event bound.
+constexpr size_t kLineSlack = 64;
+
 // Position of the first CR or LF in [p, end), or end.
 const char* FindLineEnd(const char* p, const char* end) {
   for (; p < end; ++p) {
@@ -24,11 +27,14 @@ bool SseReader::Feed(std::string_view bytes, const EventFn& on_event) {
   last_was_cr_ = false;
   while (p < end) {
     const char* eol = FindLineEnd(p, end);
+    // One bound on a line however it arrives (split or whole), so the
+    // verdict does not depend on how the transport cut the stream.
+    const size_t line_bytes = line_.size() + static_cast<size_t>(eol - p);
+    if (line_bytes > max_event_bytes_ + kLineSlack) {
+      error_ = "SSE event exceeds " + std::to_string(max_event_bytes_) + " bytes";
+      return false;
+    }
     if (eol == end) {  // partial line: keep it for the next read
-      if (line_.size() + data_.size() + (end - p) > max_event_bytes_) {
-        error_ = "SSE event exceeds " + std::to_string(max_event_bytes_) + " bytes";
-        return false;
-      }
       line_.append(p, end - p);
       return true;
     }

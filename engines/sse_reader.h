@@ -8,8 +8,10 @@
 // which are ignored. An event is dispatched at a blank line when it carried at
 // least one `data:` line.
 //
-// Bounded: a pending event larger than `max_event_bytes` puts the reader into
-// an error state (error() non-empty) and no further events are reported.
+// Bounded: an event whose data exceeds `max_event_bytes`, or a line longer
+// than `max_event_bytes` plus 64 bytes (room for the field name), puts the
+// reader into an error state (error() non-empty) and no further events are
+// reported. The verdict is the same however the bytes were split.
 //
 // Not thread-safe; one reader per stream. Reuses its buffers: steady-state
 // reading does not allocate.

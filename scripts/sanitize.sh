@@ -31,17 +31,20 @@ if [[ $# -gt 0 ]]; then shift; fi
 # neither list stops the run instead of being skipped.
 UNIT_TARGETS=(
   sse_reader_test stream_event_test connector_test cancel_token_test json_limits_test
-  leg_timer_test engine_failure_test
-  router_test assembler_test router_parts_test preflight_test journal_test
+  leg_timer_test engine_failure_test engine_text_test
+  router_test assembler_test router_parts_test preflight_test journal_test assembler_bounds_test
   sim_test
   config_loader_test readme_config_test json_depth_test idle_memory_release_test
+  runtime_tuning_test
   breaker_book_test fleet_prober_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test
+  engine_response_bounds_test engine_text_relay_test
   sim_component_test sim_concurrency_test
-  inference_service_test http_door_test relay_alloc_test
-  admin_service_test
+  inference_service_test http_door_test relay_alloc_test grpc_refusal_test
+  http_framing_journal_test
+  admin_service_test watch_limits_test
 )
 E2E_TARGETS=(narwhal_e2e_test admin_e2e_test breaker_e2e_test preflight_e2e_test)
 # ThreadSanitizer: no gRPC and no narwhal-sim in the path (see above).

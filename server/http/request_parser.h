@@ -10,6 +10,10 @@
 // both appeared (Beast accepts that pair when the coding is not "chunked"):
 // the door refuses such a request (request smuggling).
 //
+// Fields of a chunked body's trailer count against the same limits but are
+// dropped: they never join the request's headers, so nothing in a trailer
+// (an Authorization, a Content-Length, an X-Request-Id) reaches the door.
+//
 // Beast parses nothing of a head until all of it is there, so a head that
 // is cut short — too large (431) or too slow (408) — leaves the parser
 // empty; ParseRequestLine() reads its request line from the raw bytes, so
@@ -56,6 +60,7 @@ class RequestParser final
       ec = http::error::header_limit;
       return;
     }
+    if (is_header_done()) return;  // a trailer field: counted, never kept
     if (name == http::field::content_length) content_length_ = true;
     if (name == http::field::transfer_encoding) ++transfer_encoding_;
     get().insert(name, name_string, value);

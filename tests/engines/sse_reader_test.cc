@@ -212,6 +212,27 @@ TEST(SseReaderTest, OversizedMultiLineEventIsAnError) {
   EXPECT_FALSE(reader.error().empty());
 }
 
+TEST(SseReaderTest, VerdictDoesNotDependOnHowTheBytesAreSplit) {
+  // A long line of another field, then a data line near the limit: whole or
+  // one byte per read, the reader reaches the same verdict.
+  const std::vector<std::string> streams = {
+      "event: " + std::string(200, 'e') + "\ndata: ok\n\n",
+      "data: " + std::string(60, 'y') + "\n\n",
+      "data: " + std::string(100, 'z') + "\n\n",
+      ": " + std::string(120, 'c') + "\r\ndata: after\r\n\r\n",
+  };
+  for (const std::string& stream : streams) {
+    SseReader whole(/*max_event_bytes=*/64);
+    SseReader bytewise(/*max_event_bytes=*/64);
+    const std::vector<std::string> whole_events = FeedAll(whole, {stream});
+    std::vector<std::string_view> bytes;
+    for (size_t i = 0; i < stream.size(); ++i) bytes.push_back(std::string_view(stream).substr(i, 1));
+    const std::vector<std::string> bytewise_events = FeedAll(bytewise, bytes);
+    EXPECT_EQ(whole_events, bytewise_events) << stream;
+    EXPECT_EQ(whole.error().empty(), bytewise.error().empty()) << stream;
+  }
+}
+
 TEST(SseReaderTest, EventJustUnderTheLimitIsDelivered) {
   SseReader reader(/*max_event_bytes=*/64);
   const std::string payload(60, 'y');

@@ -6,6 +6,7 @@
 #include "server/openai_shim.h"
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -168,6 +169,29 @@ TEST_F(HttpDoorTest, RefusedRequestsAreJournaled) {
   EXPECT_EQ(rows[1]["status"], 400);
   EXPECT_EQ(rows[2]["reason"], "model_not_found");
   EXPECT_EQ(rows[3]["terminal"], "completed");
+}
+
+TEST_F(HttpDoorTest, TrailerFieldsNeverJoinTheHeaders) {
+  Start(FastOptions(), "sekret");
+  const std::string body = Completion(false);
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+                           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n";
+  const std::string chunks = std::string(size) + "\r\n" + body + "\r\n0\r\n";
+  // A credential in the trailer is not a credential.
+  auto r = Exchange(head + "\r\n" + chunks + "Authorization: Bearer sekret\r\n\r\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401) << r->body;
+  // Nor is a request id; the same request with the key in its head passes.
+  r = Exchange(head + "Authorization: Bearer sekret\r\n\r\n" + chunks +
+               "X-Request-Id: from-trailer\r\n\r\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  const std::vector<json> rows = JournalRows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["status"], 401);
+  EXPECT_TRUE(rows[1]["client_rid"].is_null()) << rows[1].dump();
 }
 
 TEST_F(HttpDoorTest, InflightLimitIs429WithRetryAfter) {
