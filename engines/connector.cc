@@ -1,25 +1,8 @@
 #include "engines/connector.h"
 
 namespace narwhal::engines {
-namespace {
 
 using json = nlohmann::json;
-
-bool IsBlockId(const json& v) {
-  // nlohmann keeps booleans apart from numbers; floats are not ids either.
-  if (v.is_number_unsigned()) return true;
-  return v.is_number_integer() && v.get<long long>() >= 0;
-}
-
-bool IsBlockList(const json& v) {
-  if (!v.is_array()) return false;
-  for (const json& id : v) {
-    if (!IsBlockId(id)) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 json BuildPrefillBody(const json& client_body) {
   json body = client_body;
@@ -80,40 +63,30 @@ std::optional<json> ExtractDescriptor(const json& response, std::string* error) 
 }
 
 std::string ValidateDescriptorShape(const json& descriptor) {
-  if (!descriptor.is_object() || descriptor.empty()) return "descriptor is not a non-empty object";
-  auto engine = descriptor.find("remote_engine_id");
-  if (engine == descriptor.end() || engine->is_null()) return "remote_engine_id is missing";
-  if (!engine->is_string() || engine->get_ref<const std::string&>().empty()) {
-    return "remote_engine_id must be a non-empty string";
-  }
-  auto blocks = descriptor.find("remote_block_ids");
-  if (blocks == descriptor.end() || blocks->is_null()) return "remote_block_ids is missing";
-  bool ok = blocks->is_array();
-  if (ok && !blocks->empty() && (*blocks)[0].is_array()) {
-    for (const json& group : *blocks) ok = ok && IsBlockList(group);
-  } else {
-    ok = ok && IsBlockList(*blocks);
-  }
-  if (!ok) {
-    return "remote_block_ids must be a list of non-negative integers or a list of such lists";
-  }
-  return "";
+  return CheckDescriptor(descriptor, ProducerIdentity{}, RemoteHostPolicy::kPass).detail;
 }
 
-std::string ValidateContinuation(const PrefillResult& handoff, const std::string& decode_connector,
-                                 Api decode_endpoint) {
-  if (std::string shape = ValidateDescriptorShape(handoff.descriptor()); !shape.empty()) {
-    return shape;
+DescriptorRejection ValidateContinuation(const PrefillResult& handoff,
+                                         const std::string& decode_connector, Api decode_endpoint,
+                                         RemoteHostPolicy host_policy) {
+  ProducerIdentity producer{handoff.producer_kv_engine_id(), ""};
+  int port = 0;
+  ParseEngineUrl(handoff.producer_url(), &producer.host, &port);
+  if (DescriptorRejection r = CheckDescriptor(handoff.descriptor(), producer, host_policy);
+      !r.ok()) {
+    return r;
   }
   if (handoff.connector() != decode_connector) {
-    return "handoff connector \"" + handoff.connector() + "\" does not match decode connector \"" +
-           decode_connector + "\"";
+    return {"connector_mismatch", "handoff connector \"" + handoff.connector() +
+                                      "\" does not match decode connector \"" + decode_connector +
+                                      "\""};
   }
   if (handoff.endpoint() != decode_endpoint) {
-    return "handoff endpoint " + std::string(ApiPath(handoff.endpoint())) +
-           " does not match decode endpoint " + std::string(ApiPath(decode_endpoint));
+    return {"endpoint_mismatch", "handoff endpoint " + std::string(ApiPath(handoff.endpoint())) +
+                                     " does not match decode endpoint " +
+                                     std::string(ApiPath(decode_endpoint))};
   }
-  return "";
+  return {};
 }
 
 }  // namespace narwhal::engines

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
+#include "engines/descriptor_contract.h"
 #include "engines/prefill_result.h"
 
 namespace narwhal::engines {
@@ -35,17 +36,18 @@ nlohmann::json BuildDecodeBody(const nlohmann::json& client_body, const PrefillR
 std::optional<nlohmann::json> ExtractDescriptor(const nlohmann::json& response,
                                                 std::string* error);
 
-// B3 shape rules: a non-empty object whose remote_engine_id is a non-empty
-// string and whose remote_block_ids is a list of non-negative integers or a
-// list of such lists (booleans are not integers). Every other field is opaque.
-// Returns an empty string when valid, else the reason.
+// B3: the descriptor contract (engines/descriptor_contract.h) with no
+// producer identity and the `pass` host policy. Returns an empty string when
+// valid, else the reason.
 std::string ValidateDescriptorShape(const nlohmann::json& descriptor);
 
-// B3 in full, before any decode HTTP request: shape, connector and endpoint.
-// Returns an empty string when decode may proceed, else the reason (the
-// caller prefixes "invalid continuation: ").
-std::string ValidateContinuation(const PrefillResult& handoff, const std::string& decode_connector,
-                                 Api decode_endpoint);
+// B3 in full, before any decode HTTP request: the descriptor contract for
+// the producer that issued it, then connector and endpoint
+// (`connector_mismatch`, `endpoint_mismatch`). ok() when decode may proceed;
+// else the rule and its detail (the caller prefixes "invalid continuation: ").
+DescriptorRejection ValidateContinuation(const PrefillResult& handoff,
+                                         const std::string& decode_connector, Api decode_endpoint,
+                                         RemoteHostPolicy host_policy = RemoteHostPolicy::kPass);
 
 }  // namespace narwhal::engines
 

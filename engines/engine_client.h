@@ -30,6 +30,9 @@ using Awaitable = boost::asio::awaitable<T>;
 struct EngineTarget {
   std::string iid;
   std::string url;  // "http://host:port"
+  // A producer's kv_transfer_config engine_id when configured: its
+  // descriptors must name it (engines/descriptor_contract.h); empty = any.
+  std::string kv_engine_id = {};
 };
 
 // Per-leg options.

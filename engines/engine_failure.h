@@ -64,6 +64,10 @@ struct EngineFailure {
   std::string detail;
   // Transient per B14: a fresh attempt may help.
   bool transient = false;
+  // The descriptor rule that refused the handoff before any decode request
+  // (engines/descriptor_contract.h; "connector_mismatch", "endpoint_mismatch",
+  // "reused_handoff"), else empty.
+  std::string handoff_rejection;
 
   bool timeout_shaped() const { return status == 504; }
 };

@@ -201,7 +201,7 @@ std::string Fleet::RecordedProducer(size_t index) const {
 
 engines::EngineTarget Fleet::Target(size_t index) const {
   const EngineSettings& e = settings_.engines[index];
-  return engines::EngineTarget{e.iid, e.url};
+  return engines::EngineTarget{e.iid, e.url, e.kv_engine_id};
 }
 
 std::vector<engines::EngineTarget> Fleet::LiveProducers(const std::string& except) const {

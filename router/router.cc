@@ -337,9 +337,9 @@ class Router::Run {
       co_return false;
     }
     EngineFailure failure = std::move(*decode.failure);
-    if (failure.reason == FailureReason::kInvalidResponse &&
-        failure.detail.rfind("invalid continuation:", 0) == 0 && r_.metrics_ != nullptr) {
-      r_.metrics_->handoff_rejected_total.Add({{"reason", "invalid_continuation"}}).Increment();
+    if (!failure.handoff_rejection.empty() && r_.metrics_ != nullptr) {
+      r_.metrics_->handoff_rejected_total.Add({{"reason", failure.handoff_rejection}})
+          .Increment();
     }
     if (relay.assembly_failed()) {
       failure = RouterFailure(Phase::kDecode, consumer_target.iid,
@@ -447,6 +447,9 @@ class Router::Run {
                           {"output_started", af.output_started},
                           {"retry_scheduled", af.retry_scheduled},
                           {"retry_reason", af.retry_reason}});
+      if (!af.failure.handoff_rejection.empty()) {
+        failures.back()["handoff_rejection"] = af.failure.handoff_rejection;
+      }
     }
     json info = {{"prefill_iid", prefill_iid_.empty() ? json(nullptr) : json(prefill_iid_)},
                  {"decode_iid", decode_iid_.empty() ? json(nullptr) : json(decode_iid_)},

@@ -27,6 +27,7 @@ struct EngineSettings {
   std::string iid;  // unique engine id (required)
   std::string url;  // base URL, exactly "http://host:port", unique (required)
   Role role = Role::kBoth;
+  std::string kv_engine_id = {};  // the producer's kv_transfer_config engine_id; "" = any
 };
 
 // The pinned engine contract (B17/B18). Absent from the file = not pinned.
@@ -49,6 +50,7 @@ struct ServingSettings {
   double request_timeout_s = 600;         // end-to-end deadline
   double prefill_timeout_s = 120;         // one prefill leg, <= request timeout
   double handoff_timeout_s = 0;           // max KV handoff age; 0 = request deadline only
+                                          // (the loader derives it from handoff.lease_s)
   double retry_budget = 10;               // shared retry-credit pool size (start and cap)
   double retry_replenish = 0.1;           // credits per successful request
   double retry_base_s = 0.1;              // full-jitter backoff base
@@ -92,6 +94,30 @@ struct EngineIoSettings {
   std::string api_key_env;                  // env var holding the Bearer token for engines
 };
 
+// The KV handoff contract (engines/descriptor_contract.h).
+struct HandoffSettings {
+  std::string remote_host = "pass";  // "pass", "rewrite" or "match"
+  double lease_s = 30;               // the producers' KV lease; handoff_timeout_s is below it
+};
+
+// Bounds on what one generation request may ask for, applied identically by
+// both doors (server/openai_request): beyond them the request is refused
+// with 400 / INVALID_ARGUMENT.
+struct LimitSettings {
+  int max_tokens = 131072;  // max_tokens and max_completion_tokens
+  int max_messages = 4096;  // entries of a chat request's messages
+  int max_prompts = 1024;   // prompts of one completions request (a prompt list)
+};
+
+// TLS on the router's listeners (HTTP, gRPC inference, gRPC admin): PEM
+// file paths, both set or both empty (plaintext). The loader checked them;
+// the listeners read them again at start-up.
+struct TlsSettings {
+  std::string cert_file;  // certificate chain, leaf first
+  std::string key_file;   // the certificate's private key
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 enum class RestartPolicy { kIndividual, kWholeWave };
 
 struct RecoverySettings {
@@ -112,6 +138,9 @@ struct Settings {
   AdminSettings admin;
   EngineIoSettings engine;
   RecoverySettings recovery;
+  LimitSettings limits;
+  TlsSettings tls;
+  HandoffSettings handoff;
 };
 
 }  // namespace narwhal::router

@@ -30,23 +30,26 @@ if [[ $# -gt 0 ]]; then shift; fi
 # of them); the e2e binaries are listed so that a new test binary that is in
 # neither list stops the run instead of being skipped.
 UNIT_TARGETS=(
-  sse_reader_test stream_event_test connector_test cancel_token_test json_limits_test
+  sse_reader_test stream_event_test connector_test descriptor_contract_test cancel_token_test
+  json_limits_test
   leg_timer_test engine_failure_test engine_text_test
   router_test assembler_test router_parts_test preflight_test journal_test assembler_bounds_test
   sim_test
   config_loader_test readme_config_test json_depth_test idle_memory_release_test
   runtime_tuning_test
   breaker_book_test fleet_prober_test
+  api_key_test request_limits_test config_limits_test config_loader_tls_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test
   engine_response_bounds_test engine_text_relay_test
   sim_component_test sim_concurrency_test
   inference_service_test http_door_test relay_alloc_test grpc_refusal_test
-  http_framing_journal_test
+  http_framing_journal_test door_limits_test http_tls_test grpc_tls_test
   admin_service_test watch_limits_test
 )
-E2E_TARGETS=(narwhal_e2e_test admin_e2e_test breaker_e2e_test preflight_e2e_test)
+E2E_TARGETS=(narwhal_e2e_test narwhal_security_e2e_test admin_e2e_test breaker_e2e_test
+  preflight_e2e_test narwhal_e2e_tls_test)
 # ThreadSanitizer: no gRPC and no narwhal-sim in the path (see above).
 TSAN_TARGETS=(
   router_test router_parts_test assembler_test journal_test preflight_test

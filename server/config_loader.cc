@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engines/json_limits.h"
+#include "server/tls_files.h"
 
 namespace narwhal::server {
 namespace {
@@ -123,7 +124,9 @@ class Errors {
 // Step 1, syntax: JSON parse errors and duplicate object keys.
 
 // Tracks the path of the value being parsed (through nlohmann's parser
-// callback) and remembers every key that repeats within one object.
+// callback) and remembers the keys that repeat within one object: the paths
+// of the first kMaxKeptDuplicates, and how many more there were (a file may
+// repeat a key a million times; the report stays one short line).
 class DuplicateKeyFinder {
  public:
   bool OnEvent(json::parse_event_t event, const json& parsed) {
@@ -145,7 +148,11 @@ class DuplicateKeyFinder {
           Frame& top = frames_.back();
           top.last_key = parsed.get<std::string>();
           if (!IsAnnotation(top.last_key) && !top.keys.insert(top.last_key).second) {
-            duplicates_.push_back(CurrentPath() + KeySegment(top.last_key));
+            if (duplicates_.size() < kMaxKeptDuplicates) {
+              duplicates_.push_back(CurrentPath() + KeySegment(top.last_key));
+            } else {
+              ++more_duplicates_;
+            }
           }
         }
         break;
@@ -156,7 +163,12 @@ class DuplicateKeyFinder {
     return true;  // keep every value
   }
 
+  // Below kMaxReportedErrors, so that the count of the rest is reported too.
+  static constexpr size_t kMaxKeptDuplicates = 16;
+
   const std::vector<std::string>& duplicates() const { return duplicates_; }
+  // Duplicates found beyond the kept ones.
+  size_t more_duplicates() const { return more_duplicates_; }
 
  private:
   struct Frame {
@@ -187,6 +199,7 @@ class DuplicateKeyFinder {
 
   std::vector<Frame> frames_;
   std::vector<std::string> duplicates_;
+  size_t more_duplicates_ = 0;
 };
 
 // 1-based line and column of the 1-based byte position nlohmann reports.
@@ -278,6 +291,9 @@ std::optional<json> ParseJson(std::string_view text, Errors* errors) {
   }
   for (const std::string& path : finder.duplicates()) {
     errors->Add(0, absl::StrCat(path, ": duplicate key"));
+  }
+  if (finder.more_duplicates() > 0) {
+    errors->Add(0, absl::StrCat("... and ", finder.more_duplicates(), " more duplicate keys"));
   }
   return root;
 }
@@ -732,6 +748,7 @@ bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* 
       f.Error(E::kUrlFieldNumber, absl::StrCat(Quote(out->url), " is a duplicate of ", it->second));
     }
   }
+  f.String(E::kKvEngineIdFieldNumber, &out->kv_engine_id);
   std::string role = "both";
   const bool role_ok = f.String(E::kRoleFieldNumber, &role);
   out->role = RoleNamed(role);
@@ -863,6 +880,59 @@ void ValidateRecovery(const Fields& f, router::RecoverySettings* out) {
   }
 }
 
+void ValidateLimits(const Fields& f, router::LimitSettings* out) {
+  using L = pb::Limits;
+  f.Int(L::kMaxTokensFieldNumber, &out->max_tokens);
+  f.Int(L::kMaxMessagesFieldNumber, &out->max_messages);
+  f.Int(L::kMaxPromptsFieldNumber, &out->max_prompts);
+}
+
+// Both files or neither. The pair is read and checked here
+// (server/tls_files), so a bad one stops narwhal-serve before anything is
+// bound, and narwhal-check reports it.
+void ValidateTls(const Fields& f, router::TlsSettings* out) {
+  using T = pb::Tls;
+  std::string cert;
+  std::string key;
+  const bool cert_ok = f.String(T::kCertFileFieldNumber, &cert);
+  const bool key_ok = f.String(T::kKeyFileFieldNumber, &key);
+  if (!cert_ok || !key_ok) return;
+  if (cert.empty() != key.empty()) {
+    const int missing = cert.empty() ? T::kCertFileFieldNumber : T::kKeyFileFieldNumber;
+    const int given = cert.empty() ? T::kKeyFileFieldNumber : T::kCertFileFieldNumber;
+    f.Error(missing, absl::StrCat("is required with ", f.PathOf(given), " (both or neither)"));
+    return;
+  }
+  if (cert.empty()) return;
+  if (absl::StatusOr<TlsPem> pem = LoadTlsFiles(cert, key); !pem.ok()) {
+    f.errors()->Add(f.RankOf(T::kCertFileFieldNumber), std::string(pem.status().message()));
+    return;
+  }
+  out->cert_file = std::move(cert);
+  out->key_file = std::move(key);
+}
+
+// Returns whether handoff.lease_s is valid (for the age rule).
+bool ValidateHandoff(const Fields& f, router::HandoffSettings* out) {
+  using H = pb::Handoff;
+  f.String(H::kRemoteHostFieldNumber, &out->remote_host);
+  return f.Number(H::kLeaseSFieldNumber, &out->lease_s);
+}
+
+// A handoff older than the producer's lease has lost its blocks, so the
+// router's age limit is below the lease: an explicit one must be, and 0
+// (the default) becomes 80% of the lease, capped by the request deadline.
+void ApplyHandoffAge(const Fields* serving, router::Settings* s) {
+  double& age = s->serving.handoff_timeout_s;
+  if (age == 0) {
+    age = std::min(0.8 * s->handoff.lease_s, s->serving.request_timeout_s);
+  } else if (age >= s->handoff.lease_s && serving != nullptr) {
+    serving->Error(pb::Serving::kHandoffTimeoutSFieldNumber,
+                   absl::StrCat("must be < handoff.lease_s (", FormatNumber(s->handoff.lease_s),
+                                ") (got ", FormatNumber(age), ")"));
+  }
+}
+
 // The one validation pass. A section's rules run only when the section is in
 // the file (absent sections keep Settings' defaults).
 Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& reported,
@@ -893,6 +963,21 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   }
   if (config.has_recovery()) {
     ValidateRecovery(section(F::kRecoveryFieldNumber, config.recovery()), &s.recovery);
+  }
+  if (config.has_limits()) {
+    ValidateLimits(section(F::kLimitsFieldNumber, config.limits()), &s.limits);
+  }
+  if (config.has_tls()) ValidateTls(section(F::kTlsFieldNumber, config.tls()), &s.tls);
+  bool lease_ok = true;
+  if (config.has_handoff()) {
+    lease_ok = ValidateHandoff(section(F::kHandoffFieldNumber, config.handoff()), &s.handoff);
+  }
+  if (request_ok && lease_ok) {
+    const std::optional<Fields> serving =
+        config.has_serving()
+            ? std::optional<Fields>(section(F::kServingFieldNumber, config.serving()))
+            : std::nullopt;
+    ApplyHandoffAge(serving ? &*serving : nullptr, &s);
   }
   return s;
 }
@@ -994,6 +1079,7 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
     engine->set_iid(e.iid);
     engine->set_url(e.url);
     engine->set_role(router::RoleName(e.role));
+    if (!e.kv_engine_id.empty()) engine->set_kv_engine_id(e.kv_engine_id);
   }
   if (s.engine_contract) {
     const router::EngineContract& in = *s.engine_contract;
@@ -1045,6 +1131,17 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   recovery->set_engine_restart_policy(
       s.recovery.engine_restart_policy == router::RestartPolicy::kWholeWave ? "whole_wave"
                                                                             : "individual");
+  pb::Limits* limits = c.mutable_limits();
+  limits->set_max_tokens(s.limits.max_tokens);
+  limits->set_max_messages(s.limits.max_messages);
+  limits->set_max_prompts(s.limits.max_prompts);
+  pb::Tls* tls = c.mutable_tls();  // empty: plaintext
+  if (s.tls.enabled()) {
+    tls->set_cert_file(s.tls.cert_file);
+    tls->set_key_file(s.tls.key_file);
+  }
+  c.mutable_handoff()->set_remote_host(s.handoff.remote_host);
+  c.mutable_handoff()->set_lease_s(s.handoff.lease_s);
   return c;
 }
 

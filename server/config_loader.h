@@ -20,7 +20,9 @@
 //     URLs, engine ids ([A-Za-z0-9._-], 1 to 64 characters) and
 //     environment-variable names, the known connectors, unique engine ids and
 //     URLs, and the rules that relate two keys (checked only when both keys
-//     are valid).
+//     are valid). The TLS files of `tls.*` are read and checked here
+//     (server/tls_files.h): a missing, unparsable or mismatched pair is an
+//     error like any other.
 // Engine URLs are normalised by dropping a trailing "/", so
 // Settings::engines[i].url is always exactly "http://host:port"; two URLs
 // that name the same host (case-insensitively) and port are duplicates. A URL

@@ -26,9 +26,12 @@ absl::StatusOr<std::unique_ptr<EmbeddedFleet>> EmbeddedFleet::Start() {
     options.token_interval_ms = 10;
     auto engine = std::make_unique<sim::SimEngine>(options);
     if (absl::Status s = engine->Start(); !s.ok()) return s;
-    fleet->settings_.engines.push_back(router::EngineSettings{e.iid, engine->url(), e.role});
+    fleet->settings_.engines.push_back(
+        router::EngineSettings{e.iid, engine->url(), e.role, /*kv_engine_id=*/e.iid});
     fleet->engines_.push_back(std::move(engine));
   }
+  // As the config loader derives it: the handoff age limit below the lease.
+  fleet->settings_.serving.handoff_timeout_s = 0.8 * fleet->settings_.handoff.lease_s;
   return fleet;
 }
 

@@ -16,6 +16,8 @@ engines::HttpEngineClientOptions EngineClientOptions(const router::Settings& set
   o.decode_read_timeout_s = settings.engine.decode_read_timeout_s;
   o.connect_timeout_s = settings.engine.connect_timeout_s;
   o.connector = settings.engine.connector;
+  // The loader accepted only known policy names.
+  engines::ParseRemoteHostPolicy(settings.handoff.remote_host, &o.remote_host_policy);
   o.api_key = EnvOrEmpty(settings.engine.api_key_env);
   return o;
 }

@@ -1,6 +1,7 @@
 #include "server/grpc_request.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,36 @@ GrpcParsedRequest Fail(std::string message, std::string param) {
   GrpcParsedRequest out;
   out.parsed.error = ClientError{400, std::move(message), std::move(param)};
   return out;
+}
+
+constexpr size_t kMaxShownPath = 64;
+
+// `path` cut to about kMaxShownPath bytes, on a UTF-8 character boundary
+// (proto3 strings are well-formed UTF-8), marked "..." when cut.
+std::string ShownPath(const std::string& path) {
+  if (path.size() <= kMaxShownPath) return path;
+  size_t end = kMaxShownPath;
+  while (end > 0 && (static_cast<unsigned char>(path[end]) & 0xC0) == 0x80) --end;
+  return path.substr(0, end) + "...";
+}
+
+// The typed double fields of a GenerateRequest that are set and not finite.
+const char* NonFiniteTypedField(const narwhal::v1::GenerateRequest& r) {
+  const std::pair<const char*, std::optional<double>> fields[] = {
+      {"temperature", r.has_temperature() ? std::optional(r.temperature()) : std::nullopt},
+      {"top_p", r.has_top_p() ? std::optional(r.top_p()) : std::nullopt},
+      {"min_p", r.has_min_p() ? std::optional(r.min_p()) : std::nullopt},
+      {"presence_penalty",
+       r.has_presence_penalty() ? std::optional(r.presence_penalty()) : std::nullopt},
+      {"frequency_penalty",
+       r.has_frequency_penalty() ? std::optional(r.frequency_penalty()) : std::nullopt},
+      {"repetition_penalty",
+       r.has_repetition_penalty() ? std::optional(r.repetition_penalty()) : std::nullopt},
+  };
+  for (const auto& [name, value] : fields) {
+    if (value && !std::isfinite(*value)) return name;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -109,14 +140,59 @@ bool StructDepthWithin(const google::protobuf::Struct& s, int max_depth) {
   return true;
 }
 
-GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& request,
-                                           bool stream, const std::string& served_model) {
+std::string NonFiniteNumberPath(const google::protobuf::Struct& s) {
+  // (value, its path as shown) pairs still to visit; a path is cut as soon
+  // as it is too long to show, so none holds more than a few dozen bytes.
+  std::vector<std::pair<const google::protobuf::Value*, std::string>> pending;
+  auto child = [](const std::string& path, const std::string& segment) {
+    return path.size() >= kMaxShownPath && path.ends_with("...") ? path : ShownPath(path + segment);
+  };
+  auto push_struct = [&](const google::protobuf::Struct& st, const std::string& path) {
+    for (const auto& [key, value] : st.fields()) {
+      pending.emplace_back(&value, path.empty() ? ShownPath(key) : child(path, "." + key));
+    }
+  };
+  push_struct(s, "");
+  while (!pending.empty()) {
+    auto [value, path] = std::move(pending.back());
+    pending.pop_back();
+    switch (value->kind_case()) {
+      case google::protobuf::Value::kNumberValue:
+        if (!std::isfinite(value->number_value())) return path;
+        break;
+      case google::protobuf::Value::kStructValue:
+        push_struct(value->struct_value(), path);
+        break;
+      case google::protobuf::Value::kListValue: {
+        const auto& values = value->list_value().values();
+        for (int i = 0; i < values.size(); ++i) {
+          pending.emplace_back(&values[i], child(path, "[" + std::to_string(i) + "]"));
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return "";
+}
+
+GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& request, bool stream,
+                                           const std::string& served_model,
+                                           const router::LimitSettings& limits) {
+  // NaN and infinities have no JSON form: refused, not sent as null.
+  if (const char* field = NonFiniteTypedField(request)) {
+    return Fail(std::string(field) + " must be a finite number", field);
+  }
   json body = json::object();
   // Other engine fields first, so the typed fields below win.
   if (request.has_extra()) {
     // `extra` becomes the body itself: the same depth bound as an HTTP body.
     if (!StructDepthWithin(request.extra(), engines::kMaxJsonDepth)) {
       return Fail("extra " + engines::DepthLimitText(), "extra");
+    }
+    if (const std::string path = NonFiniteNumberPath(request.extra()); !path.empty()) {
+      return Fail("extra." + path + " must be a finite number", "extra");
     }
     body = StructToJson(request.extra());
     for (const char* owned : {"model", "prompt", "messages", "stream", "stream_options"}) {
@@ -168,7 +244,7 @@ GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& r
   // Final carries usage: a streaming leg asks the engine for its usage chunk
   // (a non-streaming one gets it from the router, BuildDecodeBody).
   if (stream) body["stream_options"] = json{{"include_usage", true}};
-  out.parsed = ValidateOpenAiBody(std::move(body), out.api, served_model);
+  out.parsed = ValidateOpenAiBody(std::move(body), out.api, served_model, limits);
   return out;
 }
 

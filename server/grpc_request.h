@@ -39,9 +39,14 @@ struct GrpcParsedRequest {
 };
 
 // `stream` is whether the router relays chunks (Generate) or assembles
-// (Complete).
-GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& request,
-                                           bool stream, const std::string& served_model);
+// (Complete). Refused (400) besides what ValidateOpenAiBody refuses under
+// `limits`: a request without input or model, `extra` nesting too deeply or
+// setting a router-owned field, and a number that is not finite (NaN or an
+// infinity, in a typed field or anywhere in `extra`: JSON cannot carry it,
+// and an engine would read null).
+GrpcParsedRequest TranslateGenerateRequest(
+    const narwhal::v1::GenerateRequest& request, bool stream, const std::string& served_model,
+    const router::LimitSettings& limits = router::LimitSettings());
 
 // google.protobuf.Value / Struct as JSON (numbers stay doubles, except
 // integral values, which become integers so engines see `5`, not `5.0`).
@@ -52,6 +57,11 @@ nlohmann::json StructToJson(const google::protobuf::Struct& s);
 // (the same measure as engines::JsonDepthWithin on its JSON form). Iterative,
 // so it is safe on any input.
 bool StructDepthWithin(const google::protobuf::Struct& s, int max_depth);
+
+// The path of a number in `s` that is NaN or infinite ("a.b[2]", at most
+// about 64 bytes, cut on a character boundary), or "" when every number is
+// finite. Iterative.
+std::string NonFiniteNumberPath(const google::protobuf::Struct& s);
 
 }  // namespace narwhal::server
 

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "google/rpc/status.pb.h"
+#include "server/api_key.h"
 #include "server/grpc_request.h"
 #include "server/grpc_sink.h"
 #include "server/status_table.h"
@@ -284,12 +285,24 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
   if (!api_key_.empty()) {
     const auto& md = context->client_metadata();
     auto it = md.find("authorization");
-    if (it == md.end() || std::string(it->second.data(), it->second.size()) != "Bearer " + api_key_) {
+    if (it == md.end() ||
+        !BearerMatches(std::string_view(it->second.data(), it->second.size()), api_key_)) {
       a.refusal = Refusal(401, router::ErrorType::kUnauthorized, "unauthorized",
                           "invalid or missing API key");
       router_.RecordRefused(r, a.refusal);
       return a;
     }
+  }
+  if (!decoded && context->IsCancelled()) {
+    // The client went away before its message arrived: nothing was wrong
+    // with what it sent (B19), so the row says cancelled, not invalid.
+    a.refusal.terminal = router::Terminal::kCancelled;
+    a.refusal.status = 499;
+    a.refusal.error_type = router::ErrorType::kNone;
+    a.refusal.reason = "cancelled";
+    a.refusal.message = "client went away before its request arrived";
+    router_.RecordRefused(r, a.refusal);
+    return a;
   }
   if (!decoded) {
     a.refusal = Refusal(decode_error.status, router::ErrorType::kInvalidRequest,
@@ -297,7 +310,8 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
     router_.RecordRefused(r, a.refusal);
     return a;
   }
-  GrpcParsedRequest parsed = TranslateGenerateRequest(req, stream, settings_.model);
+  GrpcParsedRequest parsed =
+      TranslateGenerateRequest(req, stream, settings_.model, settings_.limits);
   r.api = parsed.api;
   if (!parsed.parsed.ok) {
     const ClientError& e = parsed.parsed.error;

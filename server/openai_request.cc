@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include <cmath>
+
 #include "engines/json_limits.h"
 
 namespace narwhal::server {
@@ -34,7 +36,7 @@ bool ValidPrompt(const json& p) {
 }
 
 // Optional typed fields: absent or null is fine; anything else must match.
-enum class Kind { kNumber, kInteger, kPositiveInteger, kBool, kObject, kStop };
+enum class Kind { kNumber, kInteger, kBool, kObject, kStop };
 
 const char* Describe(Kind k) {
   switch (k) {
@@ -42,8 +44,6 @@ const char* Describe(Kind k) {
       return "a number";
     case Kind::kInteger:
       return "an integer";
-    case Kind::kPositiveInteger:
-      return "an integer >= 1";
     case Kind::kBool:
       return "a boolean";
     case Kind::kObject:
@@ -60,8 +60,6 @@ bool Matches(const json& v, Kind k) {
       return v.is_number();
     case Kind::kInteger:
       return v.is_number_integer();
-    case Kind::kPositiveInteger:
-      return v.is_number_integer() && v.get<long long>() >= 1;
     case Kind::kBool:
       return v.is_boolean();
     case Kind::kObject:
@@ -77,6 +75,42 @@ bool Matches(const json& v, Kind k) {
   return false;
 }
 
+// Why `v` (present, not null) is not an output-token limit in
+// [1, max], or "" when it is. Says exactly what is wrong: a value of
+// another type, one with a fraction, one too small or too large — including
+// integers past any machine type, which JSON can carry (2^64 reads as a
+// double, as does 1e30).
+std::string TokenLimitError(const std::string& name, const json& v, int max) {
+  const std::string at_most = name + " must be at most " + std::to_string(max);
+  if (v.is_number_unsigned()) {  // nlohmann reads every non-negative integer so
+    const unsigned long long n = v.get<unsigned long long>();
+    if (n < 1) return name + " must be >= 1 (got " + v.dump() + ")";
+    return n > static_cast<unsigned long long>(max) ? at_most + " (got " + v.dump() + ")" : "";
+  }
+  if (v.is_number_integer()) {
+    const long long n = v.get<long long>();
+    if (n < 1) return name + " must be >= 1 (got " + v.dump() + ")";
+    return n > max ? at_most + " (got " + v.dump() + ")" : "";
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // Beyond every integer type: too large or too small, not fractional.
+    if (std::isfinite(d) && std::fabs(d) >= 9.2e18) {
+      return d > 0 ? at_most + " (got " + v.dump() + ")"
+                   : name + " must be >= 1 (got " + v.dump() + ")";
+    }
+    return name + " must be an integer (got " + v.dump() + ")";
+  }
+  return name + " must be an integer (got " + std::string(v.type_name()) + ")";
+}
+
+// How many prompts a valid completions `prompt` holds: a string or a list of
+// token ids is one; a list of strings or of token-id lists one per entry.
+size_t PromptCount(const json& p) {
+  if (p.is_string() || IsIntArray(p)) return 1;
+  return p.size();
+}
+
 struct FieldRule {
   const char* name;
   Kind kind;
@@ -84,8 +118,6 @@ struct FieldRule {
 
 constexpr FieldRule kFieldRules[] = {
     {"stream", Kind::kBool},
-    {"max_tokens", Kind::kPositiveInteger},
-    {"max_completion_tokens", Kind::kPositiveInteger},
     {"min_tokens", Kind::kInteger},
     {"temperature", Kind::kNumber},
     {"top_p", Kind::kNumber},
@@ -106,17 +138,19 @@ constexpr FieldRule kFieldRules[] = {
 }  // namespace
 
 ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
-                                 const std::string& served_model) {
+                                 const std::string& served_model,
+                                 const router::LimitSettings& limits) {
   // Depth first: a deeply nested body must never be parsed, copied or dumped.
   if (!engines::JsonDepthWithin(raw)) {
     return Fail(400, "request body " + engines::DepthLimitText());
   }
   json body = engines::ParseJson(raw);
   if (body.is_discarded()) return Fail(400, "request body is not valid JSON");
-  return ValidateOpenAiBody(std::move(body), api, served_model);
+  return ValidateOpenAiBody(std::move(body), api, served_model, limits);
 }
 
-ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string& served_model) {
+ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string& served_model,
+                                 const router::LimitSettings& limits) {
   if (!body.is_object()) return Fail(400, "request body must be a JSON object");
 
   auto model = body.find("model");
@@ -135,6 +169,12 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
                   "token-id lists",
                   "prompt");
     }
+    if (const size_t n = PromptCount(*prompt); n > static_cast<size_t>(limits.max_prompts)) {
+      return Fail(400,
+                  "prompt must hold at most " + std::to_string(limits.max_prompts) +
+                      " prompts (got " + std::to_string(n) + ")",
+                  "prompt");
+    }
   } else {
     auto messages = body.find("messages");
     if (messages == body.end() || messages->is_null()) {
@@ -142,6 +182,12 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
     }
     if (!messages->is_array() || messages->empty()) {
       return Fail(400, "messages must be a non-empty list", "messages");
+    }
+    if (messages->size() > static_cast<size_t>(limits.max_messages)) {
+      return Fail(400,
+                  "messages must have at most " + std::to_string(limits.max_messages) +
+                      " entries (got " + std::to_string(messages->size()) + ")",
+                  "messages");
     }
     for (size_t i = 0; i < messages->size(); ++i) {
       const json& m = (*messages)[i];
@@ -152,6 +198,13 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
     }
   }
 
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) continue;
+    if (std::string error = TokenLimitError(name, *it, limits.max_tokens); !error.empty()) {
+      return Fail(400, std::move(error), name);
+    }
+  }
   for (const FieldRule& rule : kFieldRules) {
     auto it = body.find(rule.name);
     if (it == body.end() || it->is_null()) continue;

@@ -4,6 +4,9 @@
 // a client error (status 400/404, message, param). Every field the router
 // does not own passes through unchanged; a client `kv_transfer_params` is
 // removed (it would let a client point an engine at an arbitrary host, §12).
+// The bounds of router::LimitSettings (the `limits` config section) apply to
+// both doors here: max_tokens and max_completion_tokens, the number of chat
+// messages and of completion prompts.
 #ifndef NARWHAL_SERVER_OPENAI_REQUEST_H_
 #define NARWHAL_SERVER_OPENAI_REQUEST_H_
 
@@ -13,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
+#include "router/settings.h"
 
 namespace narwhal::server {
 
@@ -30,13 +34,15 @@ struct ParsedRequest {
 };
 
 ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
-                                 const std::string& served_model);
+                                 const std::string& served_model,
+                                 const router::LimitSettings& limits = router::LimitSettings());
 
 // The same validation of an already parsed body (the gRPC door builds the
 // OpenAI body from typed fields and validates it here, so both doors apply
 // one set of rules).
 ParsedRequest ValidateOpenAiBody(nlohmann::json body, engines::Api api,
-                                 const std::string& served_model);
+                                 const std::string& served_model,
+                                 const router::LimitSettings& limits = router::LimitSettings());
 
 }  // namespace narwhal::server
 

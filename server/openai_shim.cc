@@ -17,6 +17,7 @@
 #include <boost/beast/http/write.hpp>
 #include <prometheus/text_serializer.h>
 
+#include "server/api_key.h"
 #include "server/http/connection.h"
 #include "server/http/connection_tracker.h"
 #include "server/http/responses.h"
@@ -208,7 +209,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
           r, Invalid(401, "unauthorized", "invalid or missing API key", ErrorType::kUnauthorized));
       return admission;
     }
-    ParsedRequest parsed = ParseOpenAiRequest(request.body(), api, settings_.model);
+    ParsedRequest parsed =
+        ParseOpenAiRequest(request.body(), api, settings_.model, settings_.limits);
     if (!parsed.ok) {
       admission.refusal =
           RecordRefusal(r,
@@ -329,7 +331,9 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   bool Authorized(const HttpRequest& request) const {
-    return api_key_.empty() || request[http::field::authorization] == "Bearer " + api_key_;
+    if (api_key_.empty()) return true;
+    const auto header = request[http::field::authorization];
+    return BearerMatches(std::string_view(header.data(), header.size()), api_key_);
   }
 
   const router::Settings& settings_;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,11 +31,14 @@
 #include "server/config_loader.h"
 #include "server/engine_options.h"
 #include "server/embedded_fleet.h"
+#include "server/grpc_credentials.h"
+#include "server/http/tls_context.h"
 #include "server/idle_memory_release.h"
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/openai_shim.h"
 #include "server/runtime_tuning.h"
+#include "server/tls_files.h"
 
 namespace narwhal::server {
 namespace {
@@ -98,12 +102,14 @@ bool ParseArgs(int argc, char** argv, Args* args) {
 // the actual port), or null when it cannot bind. A second server on the same
 // port fails instead of sharing it (no SO_REUSEPORT). `max_receive_bytes`
 // > 0 replaces gRPC's bound on a received message.
-std::unique_ptr<grpc::Server> StartGrpcServer(const std::string& address, grpc::Service* service,
-                                              int* bound, int max_receive_bytes = 0) {
+std::unique_ptr<grpc::Server> StartGrpcServer(
+    const std::string& address, grpc::Service* service,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials, int* bound,
+    int max_receive_bytes = 0) {
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(max_receive_bytes);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound);
+  builder.AddListeningPort(address, credentials, bound);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server && *bound == 0) server.reset();
@@ -145,6 +151,18 @@ int Serve(const Args& args) {
   if (!args.grpc.empty()) settings.listen.grpc = args.grpc;
   if (!args.admin.empty()) settings.listen.admin = args.admin;
 
+  // TLS on every listener (tls.*). The loader checked the files; they are
+  // read once more here, for the listeners, before anything is bound.
+  std::optional<TlsPem> tls_pem;
+  if (settings.tls.enabled()) {
+    auto pem = LoadTlsFiles(settings.tls.cert_file, settings.tls.key_file);
+    if (!pem.ok()) {
+      LogError("narwhal-serve: config " + args.config + ": " + std::string(pem.status().message()));
+      return 1;
+    }
+    tls_pem = std::move(*pem);
+  }
+
   std::unique_ptr<router::Journal> journal;
   if (!args.journal.empty()) {
     auto opened = router::Journal::Open(args.journal);
@@ -157,6 +175,19 @@ int Serve(const Args& args) {
 
   prometheus::Registry registry;
   router::Metrics metrics(registry);
+  HttpDoorOptions door_options = HttpDoorOptionsFrom(settings);
+  if (tls_pem) {
+    auto context = TlsServerContext::Create(*tls_pem, &registry);
+    if (!context.ok()) {
+      LogError("narwhal-serve: " + std::string(context.status().message()));
+      return 1;
+    }
+    door_options.tls = std::move(*context);
+    LogInfo("narwhal-serve: TLS on the HTTP, gRPC and admin listeners (tls.cert_file " +
+            settings.tls.cert_file + ")");
+  }
+  const std::shared_ptr<grpc::ServerCredentials> grpc_credentials =
+      ListenerCredentials(tls_pem ? &*tls_pem : nullptr);
   router::RealClock clock;
   // The data plane: client connections, attempt loops and engine legs run
   // on these loops, one request per loop from its first byte to its last.
@@ -209,7 +240,7 @@ int Serve(const Args& args) {
   IdleMemoryRelease idle_release([&router] { return router.inflight(); });
 
   OpenAiShim shim(settings, router, fleet, clock, registry,
-                  EnvOrEmpty(settings.serving.api_key_env), loops);
+                  EnvOrEmpty(settings.serving.api_key_env), loops, door_options);
   std::string http_host;
   int http_port = 0;
   SplitHostPort(settings.listen.http, &http_host, &http_port);
@@ -230,7 +261,8 @@ int Serve(const Args& args) {
   SplitHostPort(settings.listen.grpc, &grpc_host, &grpc_port);
   int grpc_bound = 0;
   std::unique_ptr<grpc::Server> grpc_server =
-      StartGrpcServer(settings.listen.grpc, &inference, &grpc_bound, GrpcMaxReceiveBytes(settings));
+      StartGrpcServer(settings.listen.grpc, &inference, grpc_credentials, &grpc_bound,
+                      GrpcMaxReceiveBytes(settings));
   if (!grpc_server) {
     LogError("narwhal-serve: cannot bind the gRPC listener to " + settings.listen.grpc);
     shim.StopAccepting();
@@ -243,7 +275,7 @@ int Serve(const Args& args) {
   SplitHostPort(settings.listen.admin, &admin_host, &admin_port);
   int admin_bound = 0;
   std::unique_ptr<grpc::Server> admin_server =
-      StartGrpcServer(settings.listen.admin, &admin, &admin_bound);
+      StartGrpcServer(settings.listen.admin, &admin, grpc_credentials, &admin_bound);
   if (!admin_server) {
     LogError("narwhal-serve: cannot bind the admin listener to " + settings.listen.admin);
     shim.StopAccepting();

@@ -446,8 +446,12 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
         out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
                                   BreakerClass::kKvHandoff, 502, "no handoff: " + why, false);
       } else {
+        ProducerIdentity identity{producer.kv_engine_id, ""};
+        int port = 0;
+        ParseEngineUrl(producer.url, &identity.host, &port);
+        ApplyRemoteHostPolicy(identity, options_.remote_host_policy, &*descriptor);
         out.result.emplace(producer.iid, producer.url, api, options.backend_request_id,
-                           options_.connector, std::move(*descriptor));
+                           options_.connector, std::move(*descriptor), producer.kv_engine_id);
       }
     }
     if (parser.get().keep_alive() && leg.io().buffer.size() == 0) {
@@ -465,12 +469,27 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   const Api api = handoff.endpoint();
   DecodeOutcome out;
 
-  // B3: validate before any HTTP request; evidence counts against the producer.
-  if (std::string why = ValidateContinuation(handoff, options_.connector, api); !why.empty()) {
+  // Single use: a handoff feeds one decode leg; a second one is the caller's
+  // mistake, not evidence against any engine.
+  if (!handoff.Claim()) {
     EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                                  BreakerClass::kKvHandoff, 502, "invalid continuation: " + why,
+                                  BreakerClass::kNone, 502,
+                                  "invalid continuation: the handoff was already used by a "
+                                  "decode (a handoff is single use)",
                                   false);
+    f.handoff_rejection = "reused_handoff";
+    out.failure = std::move(f);
+    co_return out;
+  }
+  // B3: validate before any HTTP request; evidence counts against the producer.
+  if (DescriptorRejection why = ValidateContinuation(handoff, options_.connector, api,
+                                                     options_.remote_host_policy);
+      !why.ok()) {
+    EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                                  BreakerClass::kKvHandoff, 502,
+                                  "invalid continuation: " + why.detail, false);
     f.evidence_iid = handoff.producer_iid();
+    f.handoff_rejection = std::move(why.reason);
     out.failure = std::move(f);
     co_return out;
   }
@@ -579,7 +598,9 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   if (!ec && !leg.cancelled() && !timer.fired()) {
     status = parser->get().result_int();
     char chunk[16 * 1024];
-    while (!ec) {
+    // A response whose head was all of it (an error status with an empty
+    // body) is complete: reading on would wait for bytes that never come.
+    while (!ec && !parser->is_done()) {
       parser->get().body().data = chunk;
       parser->get().body().size = sizeof(chunk);
       co_await http::async_read_some(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <string>
 
+#include "engines/descriptor_contract.h"
+
 namespace narwhal::engines {
 
 struct HttpEngineClientOptions {
@@ -12,6 +14,8 @@ struct HttpEngineClientOptions {
   double decode_read_timeout_s = 10;   // B13; 0 = request deadline bounds the stream
   double connect_timeout_s = 10;
   std::string connector = "NixlConnector";
+  // What happens to a descriptor's remote_host (handoff.remote_host).
+  RemoteHostPolicy remote_host_policy = RemoteHostPolicy::kPass;
   std::string api_key;  // Bearer token sent to engines; empty = none
   // Bounds on what is read from an engine; each one, exceeded, fails the leg
   // (502) with a detail naming it, before the rest of the response is read.

@@ -6,7 +6,6 @@
 #include <string>
 #include <utility>
 
-#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -17,6 +16,7 @@
 
 #include "server/http/request_parser.h"
 #include "server/http/sse_sink.h"
+#include "server/http/tls_context.h"
 #include "server/status_table.h"
 
 namespace narwhal::server {
@@ -94,7 +94,7 @@ class ResponseScope {
 Connection::Connection(asio::ip::tcp::socket socket, const engines::Clock& clock,
                        const HttpDoorOptions& options, HttpRoutes& routes,
                        ConnectionTracker& tracker)
-    : socket_(std::make_shared<ClientSocket>(std::move(socket), clock)),
+    : socket_(std::make_shared<ClientSocket>(std::move(socket), clock, options.tls.get())),
       options_(options),
       routes_(routes),
       tracker_(tracker),
@@ -115,6 +115,20 @@ std::string Connection::BodyTooLarge() const {
 
 Awaitable<void> Connection::Run() {
   const std::shared_ptr<Connection> self = shared_from_this();
+  if (socket_->tls() && socket_->open()) {
+    // Bounded like the wait for a first byte; a failure is no request (not
+    // journaled), only counted and logged by the context.
+    const error_code ec = co_await socket_->Handshake(socket_->Now() + options_.header_timeout);
+    if (ec) {
+      std::string why = ec == asio::error::timed_out
+                            ? "not completed within serving.header_timeout_s (" +
+                                  SecondsText(options_.header_timeout) + ")"
+                            : ec.message();
+      options_.tls->HandshakeFailed(why);
+      socket_->Close();
+      co_return;
+    }
+  }
   Next next = Next::kKeepAlive;
   for (bool first = true; next == Next::kKeepAlive && socket_->open(); first = false) {
     try {
@@ -134,8 +148,7 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
   if (buffer_.size() == 0) {
     timer.Arm(socket_->Now() + (first ? options_.header_timeout : options_.keepalive_timeout),
               DoorBound::kIdle);
-    const size_t n =
-        co_await socket_->socket().async_read_some(buffer_.prepare(kReadSize), Redirect(ec));
+    const size_t n = co_await socket_->ReadSome(buffer_.prepare(kReadSize), ec);
     buffer_.commit(n);
     timer.Pause();
     if (ec || timer.fired()) co_return Next::kClose;
@@ -145,7 +158,7 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
   const MonoTime started = socket_->Now();
   timer.Arm(started + options_.header_timeout, DoorBound::kHeader);
   RequestParser parser(options_.max_header_bytes, options_.max_headers, options_.max_body_bytes);
-  co_await http::async_read_header(socket_->socket(), buffer_, parser, Redirect(ec));
+  co_await socket_->ReadHeader(buffer_, parser, ec);
   timer.Pause();
   if (ec || timer.fired()) co_return co_await RefuseHead(parser, ec);
 
@@ -174,7 +187,7 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
     while (!parser.is_done() && !ec) {
       timer.Arm(std::min(socket_->Now() + options_.header_timeout, body_deadline),
                 DoorBound::kBody);
-      co_await http::async_read_some(socket_->socket(), buffer_, parser, Redirect(ec));
+      co_await socket_->ReadSomeBody(buffer_, parser, ec);
     }
     timer.Pause();
     if (timer.fired()) co_return Next::kClose;
@@ -322,8 +335,7 @@ Awaitable<void> Connection::WatchClient(std::shared_ptr<SseSink> sink) {
     // Enough pipelined bytes are held: stop reading (and watching).
     if (buffer_.size() >= limit) co_return;
     const size_t room = std::min(kReadSize, limit - buffer_.size());
-    const size_t n = co_await socket_->socket().async_read_some(
-        buffer_.prepare(room), asio::bind_cancellation_slot(watch_cancel_.slot(), Redirect(ec)));
+    const size_t n = co_await socket_->ReadSome(buffer_.prepare(room), ec, watch_cancel_.slot());
     buffer_.commit(n);
     if (watch_stop_) co_return;
     if (ec) break;
@@ -332,6 +344,10 @@ Awaitable<void> Connection::WatchClient(std::shared_ptr<SseSink> sink) {
 }
 
 Awaitable<void> Connection::LingeringClose() {
+  // On the TCP socket itself, TLS or not: what the client still sends is
+  // dropped unread (for TLS, undecrypted). No TLS close_notify is sent: a
+  // framed response is whole without it (only an HTTP/1.0 stream, which ends
+  // with the connection, may look cut short to a strict TLS client).
   error_code ec;
   socket_->socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   if (ec) co_return;

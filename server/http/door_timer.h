@@ -1,7 +1,7 @@
 // DoorTimer: the one timer of a client connection, on the connection's loop.
 //
-// A connection is bounded by one deadline at a time — the wait for a
-// request's first byte (new connection or keep-alive idle), the rest of its
+// A connection is bounded by one deadline at a time — its TLS handshake,
+// the wait for a request's first byte (new connection or keep-alive idle), the rest of its
 // headers, its body, the write of a response or stream chunk, the lingering
 // close — and the timer records which one, so an expiry is reported by cause.
 // Re-arming to a later deadline only stores it: the pending wait wakes at the
@@ -21,7 +21,7 @@
 
 namespace narwhal::server {
 
-enum class DoorBound { kNone, kIdle, kHeader, kBody, kWrite, kLinger };
+enum class DoorBound { kNone, kHandshake, kIdle, kHeader, kBody, kWrite, kLinger };
 
 class DoorTimer {
  public:

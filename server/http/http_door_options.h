@@ -1,6 +1,7 @@
 // The limits of the HTTP front door (server/openai_shim), one value per door.
 //
-// Built from the fleet settings (serving.*) by HttpDoorOptionsFrom(); tests
+// Built from the fleet settings (serving.*) by HttpDoorOptionsFrom() — all
+// but `tls`, which the caller sets from the files of `tls.*`; tests
 // construct it directly to run the door with short timeouts. Every bound
 // here exists so that no byte sequence and no pace of a client can make the
 // door hold unbounded memory, a connection slot forever, or other clients'
@@ -11,11 +12,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "engines/api.h"
 #include "router/settings.h"
 
 namespace narwhal::server {
+
+class TlsServerContext;
 
 struct HttpDoorOptions {
   using Duration = engines::MonoClock::duration;
@@ -47,6 +51,9 @@ struct HttpDoorOptions {
   // the response instead of a reset.
   Duration linger_timeout = std::chrono::seconds(1);
   size_t linger_bytes = 1 << 20;
+  // Null: plaintext. Else every connection first completes a TLS handshake
+  // with this context, within header_timeout (server/http/tls_context.h).
+  std::shared_ptr<TlsServerContext> tls;
 };
 
 inline HttpDoorOptions HttpDoorOptionsFrom(const router::Settings& settings) {

@@ -180,6 +180,7 @@ class ScriptedEngines : public engines::EngineClient {
       f.iid = consumer.iid;
       f.evidence_iid = handoff.producer_iid();
       f.transient = false;
+      f.handoff_rejection = "connector_mismatch";
       out.failure = f;
       return out;
     }

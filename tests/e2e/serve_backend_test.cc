@@ -171,7 +171,12 @@ TEST_F(ServeBackendTest, B2PrefillWithoutDescriptorIs502NoHandoff) {
 
 TEST_F(ServeBackendTest, B3InvalidDescriptorIs502InvalidContinuationAndDecodeGetsNothing) {
   ServeProcess& router = StartRouter({"p0", "d0"});
-  for (const char* kind : {"descriptor_without_engine_id", "malformed_block_ids"}) {
+  const struct {
+    const char* kind;
+    const char* rejection;
+  } kFaults[] = {{"descriptor_without_engine_id", "missing_engine_id"},
+                 {"malformed_block_ids", "malformed_block_ids"}};
+  for (const auto& [kind, rejection] : kFaults) {
     for (bool stream : {false, true}) {
       SCOPED_TRACE(std::string(kind) + (stream ? " streaming" : " non-streaming"));
       SetFaults("p0", Rules({Rule(kind, "prefill")}));
@@ -183,13 +188,17 @@ TEST_F(ServeBackendTest, B3InvalidDescriptorIs502InvalidContinuationAndDecodeGet
       EXPECT_EQ(row["error_type"], "decode");
       ASSERT_EQ(row["attempt_failures"].size(), 1u) << row.dump();
       EXPECT_EQ(row["attempt_failures"][0]["phase"], "decode") << row.dump();
+      EXPECT_EQ(row["attempt_failures"][0]["handoff_rejection"], rejection) << row.dump();
     }
   }
   EXPECT_TRUE(SimRequests(Sim("d0")).empty())
       << "the decode engine must receive nothing when the descriptor is rejected";
-  EXPECT_EQ(MetricSum(Metrics(router), "narwhal_handoff_rejected_total",
-                      {{"reason", "invalid_continuation"}}),
-            4);
+  for (const auto& [kind, rejection] : kFaults) {
+    EXPECT_EQ(MetricSum(Metrics(router), "narwhal_handoff_rejected_total",
+                        {{"reason", rejection}}),
+              2)
+        << kind;
+  }
 }
 
 TEST_F(ServeBackendTest, B4DecodeCarriesDescriptorVerbatimAndClientFieldsPassThrough) {

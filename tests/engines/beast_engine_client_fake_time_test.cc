@@ -504,6 +504,7 @@ class BeastEngineClientFakeTimeTest : public ::testing::Test {
   const PrefillResult handoff_{
       "p0", "http://127.0.0.1:1", Api::kChatCompletions, "rid-prefill", "NixlConnector",
       json::parse(R"({"remote_engine_id":"p0-engine","remote_block_ids":[1,2,3],
+                      "remote_request_id":"rid-prefill-1a2b3c4d",
                       "remote_host":"127.0.0.1","remote_port":5600,
                       "do_remote_prefill":true,"do_remote_decode":false})")};
   std::unique_ptr<BeastEngineClient> client_;

@@ -426,6 +426,79 @@ TEST_F(BeastEngineClientTest, B3_ConnectorMismatch) {
   EXPECT_TRUE(InferenceRecords(*consumer_).empty());
 }
 
+// --- The pinned descriptor contract and single use ------------------------------
+
+TEST_F(BeastEngineClientTest, HandoffFeedsOneDecodeOnly) {
+  Adapter client(FastOptions());
+  const PrefillResult handoff = Handoff(client);
+  Recorder first;
+  DecodeOutcome out = client.Decode(d0_, handoff, ChatBody(), true, Leg("rid-d-once"), first);
+  ASSERT_TRUE(out.ok()) << out.failure->detail;
+  ASSERT_EQ(InferenceRecords(*consumer_).size(), 1u);
+
+  // The same result (or a copy of it) again: refused before any request.
+  const PrefillResult copy = handoff;  // NOLINT(performance-unnecessary-copy-initialization)
+  Recorder again;
+  out = client.Decode(d0_, copy, ChatBody(), true, Leg("rid-d-twice"), again);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.failure->handoff_rejection, "reused_handoff");
+  EXPECT_EQ(out.failure->status, 502);
+  EXPECT_EQ(out.failure->phase, Phase::kDecode);
+  EXPECT_EQ(out.failure->breaker_class, BreakerClass::kNone) << "no engine is at fault";
+  EXPECT_THAT(out.failure->detail, StartsWith("invalid continuation: "));
+  EXPECT_EQ(InferenceRecords(*consumer_).size(), 1u) << "the consumer must receive nothing";
+  EXPECT_TRUE(again.events.empty());
+}
+
+TEST_F(BeastEngineClientTest, DescriptorMustNameTheConfiguredProducer) {
+  Adapter client(FastOptions());
+  // p0's sim calls itself "p0"; a fleet that says otherwise is refused.
+  EngineTarget misnamed = p0_;
+  misnamed.kv_engine_id = "p1";
+  PrefillOutcome prefill = client.Prefill(misnamed, Api::kChatCompletions, ChatBody(),
+                                          Leg("rid-p-named"));
+  ASSERT_TRUE(prefill.ok()) << prefill.failure->detail;
+  Recorder rec;
+  DecodeOutcome out =
+      client.Decode(d0_, *prefill.result, ChatBody(), true, Leg("rid-d-named"), rec);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.failure->handoff_rejection, "engine_id_mismatch");
+  EXPECT_EQ(out.failure->evidence_iid, "p0");
+  EXPECT_THAT(out.failure->detail, HasSubstr("\"p1\""));
+  EXPECT_TRUE(InferenceRecords(*consumer_).empty());
+
+  EngineTarget named = p0_;
+  named.kv_engine_id = "p0";
+  prefill = client.Prefill(named, Api::kChatCompletions, ChatBody(), Leg("rid-p-named-2"));
+  ASSERT_TRUE(prefill.ok()) << prefill.failure->detail;
+  out = client.Decode(d0_, *prefill.result, ChatBody(), true, Leg("rid-d-named-2"), rec);
+  EXPECT_TRUE(out.ok()) << out.failure->detail;
+}
+
+TEST_F(BeastEngineClientTest, RemoteHostRewriteUsesTheProducersConfiguredHost) {
+  HttpEngineClientOptions options = FastOptions();
+  options.remote_host_policy = RemoteHostPolicy::kRewrite;
+  Adapter client(options);
+  // The sim advertises 127.0.0.1; the fleet knows the producer as localhost.
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(ParseEngineUrl(p0_.url, &host, &port));
+  ASSERT_EQ(host, "127.0.0.1");
+  EngineTarget by_name{"p0", "http://localhost:" + std::to_string(port)};
+  PrefillOutcome prefill = client.Prefill(by_name, Api::kChatCompletions, ChatBody(),
+                                          Leg("rid-p-rewrite"));
+  ASSERT_TRUE(prefill.ok()) << prefill.failure->detail;
+  EXPECT_EQ(prefill.result->parameters()["remote_host"], "localhost");
+  // The consumer pulls from the rewritten host and the decode completes.
+  Recorder rec;
+  DecodeOutcome out =
+      client.Decode(d0_, *prefill.result, ChatBody(), true, Leg("rid-d-rewrite"), rec);
+  EXPECT_TRUE(out.ok()) << out.failure->detail;
+  const std::vector<json> records = InferenceRecords(*consumer_);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["body"]["kv_transfer_params"]["remote_host"], "localhost");
+}
+
 // --- B4, B5, B6: the decode leg -------------------------------------------------
 
 TEST_F(BeastEngineClientTest, B4_DecodeGetsDescriptorVerbatimAndStreams) {
@@ -1089,12 +1162,12 @@ TEST_F(BeastEngineClientTest, B19_CancelDuringLegSetupIsNotLost) {
   HttpEngineClientOptions options = FastOptions();
   options.first_token_timeout_s = 5;
   Adapter client(options);
-  const PrefillResult handoff = Handoff(client);
   SetFaults(*consumer_, R"({"faults":[{"kind":"silent_before_first_token","times":-1}]})");
   json body = ChatBody();
   body["user"] = std::string(1 << 20, 'u');
 
   for (int step = 0; step < 20; ++step) {
+    const PrefillResult handoff = Handoff(client);  // single use: one per decode
     const auto delay = std::chrono::microseconds(250 * step);
     CancelToken cancel;
     std::atomic<bool> go{false};

@@ -267,7 +267,7 @@ json WithBlocks(const std::string& block_ids) {
 
 TEST(ConnectorTest, B3_ValidDescriptor) {
   EXPECT_EQ(ValidateDescriptorShape(ProducerDescriptor()), "");
-  EXPECT_EQ(ValidateContinuation(Handoff(), "NixlConnector", Api::kChatCompletions), "");
+  EXPECT_TRUE(ValidateContinuation(Handoff(), "NixlConnector", Api::kChatCompletions).ok());
 }
 
 TEST(ConnectorTest, B3_EngineIdentityRequired) {
@@ -307,17 +307,21 @@ TEST(ConnectorTest, B3_NotAnObject) {
 }
 
 TEST(ConnectorTest, B3_ConnectorMismatch) {
-  const std::string why = ValidateContinuation(
+  const DescriptorRejection r = ValidateContinuation(
       Handoff(ProducerDescriptor(), Api::kChatCompletions, "LMCacheConnectorV1"), "NixlConnector",
       Api::kChatCompletions);
+  EXPECT_EQ(r.reason, "connector_mismatch");
+  const std::string& why = r.detail;
   EXPECT_THAT(why, HasSubstr("connector"));
   EXPECT_THAT(why, HasSubstr("LMCacheConnectorV1"));
   EXPECT_THAT(why, HasSubstr("NixlConnector"));
 }
 
 TEST(ConnectorTest, B3_EndpointMismatch) {
-  const std::string why = ValidateContinuation(Handoff(ProducerDescriptor(), Api::kCompletions),
-                                               "NixlConnector", Api::kChatCompletions);
+  const DescriptorRejection r = ValidateContinuation(
+      Handoff(ProducerDescriptor(), Api::kCompletions), "NixlConnector", Api::kChatCompletions);
+  EXPECT_EQ(r.reason, "endpoint_mismatch");
+  const std::string& why = r.detail;
   EXPECT_THAT(why, HasSubstr("endpoint"));
   EXPECT_THAT(why, HasSubstr("/v1/completions"));
   EXPECT_THAT(why, HasSubstr("/v1/chat/completions"));
@@ -326,25 +330,60 @@ TEST(ConnectorTest, B3_EndpointMismatch) {
 TEST(ConnectorTest, B3_ShapeIsCheckedByContinuation) {
   json d = ProducerDescriptor();
   d.erase("remote_engine_id");
-  EXPECT_THAT(ValidateContinuation(Handoff(d), "NixlConnector", Api::kChatCompletions),
+  EXPECT_THAT(ValidateContinuation(Handoff(d), "NixlConnector", Api::kChatCompletions).detail,
               HasSubstr("remote_engine_id"));
   EXPECT_THAT(ValidateContinuation(Handoff(WithBlocks("[true]")), "NixlConnector",
-                                   Api::kChatCompletions),
+                                   Api::kChatCompletions)
+                  .detail,
               HasSubstr("remote_block_ids"));
 }
 
 TEST(ConnectorTest, B3_OpaqueFieldsRetainedAndUnchecked) {
-  // Host, port, sizes and unknown keys are not validated (any type passes)
+  // Fields the contract does not type (and unknown keys) pass with any value
   // and survive validation unchanged.
   json d = ProducerDescriptor();
-  d["remote_host"] = 12345;
-  d["remote_port"] = "not-a-port";
-  d["tp_size"] = nullptr;
+  d["remote_blocks_expiry_time"] = "soon";
+  d["transfer_mode"] = 7;
   d["unknown"] = json::array({json::object()});
   const PrefillResult handoff = Handoff(d);
-  EXPECT_EQ(ValidateContinuation(handoff, "NixlConnector", Api::kChatCompletions), "");
+  EXPECT_TRUE(ValidateContinuation(handoff, "NixlConnector", Api::kChatCompletions).ok());
   EXPECT_EQ(handoff.descriptor(), d);
   EXPECT_EQ(BuildDecodeBody(ClientChatBody(), handoff, false, true).at("kv_transfer_params"), d);
+}
+
+TEST(ConnectorTest, ContinuationChecksTheProducersEngineIdAndHost) {
+  const PrefillResult named("p0", "http://10.0.0.11:8000", Api::kChatCompletions, "rid",
+                            "NixlConnector", ProducerDescriptor(), "some-other-engine");
+  EXPECT_EQ(ValidateContinuation(named, "NixlConnector", Api::kChatCompletions).reason,
+            "engine_id_mismatch");
+  const PrefillResult right("p0", "http://10.0.0.11:8000", Api::kChatCompletions, "rid",
+                            "NixlConnector", ProducerDescriptor(),
+                            "4d2c0a8e-5b1f-4f7e-9d7a-1c2b3a4d5e6f");
+  EXPECT_TRUE(ValidateContinuation(right, "NixlConnector", Api::kChatCompletions).ok());
+  // The descriptor's host 10.0.0.11 is the producer's: match passes; a
+  // producer elsewhere does not.
+  EXPECT_TRUE(ValidateContinuation(right, "NixlConnector", Api::kChatCompletions,
+                                   RemoteHostPolicy::kMatch)
+                  .ok());
+  const PrefillResult elsewhere("p0", "http://10.0.0.99:8000", Api::kChatCompletions, "rid",
+                                "NixlConnector", ProducerDescriptor());
+  EXPECT_EQ(ValidateContinuation(elsewhere, "NixlConnector", Api::kChatCompletions,
+                                 RemoteHostPolicy::kMatch)
+                .reason,
+            "remote_host_mismatch");
+  EXPECT_TRUE(ValidateContinuation(elsewhere, "NixlConnector", Api::kChatCompletions).ok());
+}
+
+TEST(ConnectorTest, HandoffIsSingleUseAcrossCopies) {
+  const PrefillResult handoff = Handoff();
+  const PrefillResult copy = handoff;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_FALSE(copy.claimed());
+  EXPECT_TRUE(handoff.Claim());
+  EXPECT_TRUE(copy.claimed());
+  EXPECT_FALSE(copy.Claim());
+  EXPECT_FALSE(handoff.Claim());
+  // A fresh result is its own handoff.
+  EXPECT_TRUE(Handoff().Claim());
 }
 
 // --- B6 -------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -91,6 +92,13 @@ std::string ClientErrorJson(const EngineFailure& f) {
   return json{{"error", {{"message", f.detail}, {"code", f.status}}}}.dump();
 }
 
+// A descriptor the contract accepts (engines/descriptor_contract.h).
+json ValidDescriptor() {
+  return json{{"do_remote_prefill", true},    {"remote_engine_id", "p0"},
+              {"remote_request_id", "rid-p-1a2b3c4d"}, {"remote_block_ids", json::array({1, 2})},
+              {"remote_host", "127.0.0.1"},   {"remote_port", 1}};
+}
+
 class CountingObserver : public DecodeObserver {
  public:
   bool OnEvent(std::string_view, const StreamEvent& event) override {
@@ -140,7 +148,7 @@ class EngineResponseBoundsTest : public ::testing::Test {
     CountingObserver local;
     const PrefillResult handoff(
         "p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p", "NixlConnector",
-        json{{"remote_engine_id", "p0"}, {"remote_block_ids", json::array({1, 2})}});
+        ValidDescriptor());
     const DecodeOutcome out =
         sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), /*client_streams=*/true,
                       Leg(), observer != nullptr ? *observer : local);
@@ -151,7 +159,7 @@ class EngineResponseBoundsTest : public ::testing::Test {
   DecodeOutcome Decode(const RawEngine& engine, CountingObserver& observer) {
     const PrefillResult handoff(
         "p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p", "NixlConnector",
-        json{{"remote_engine_id", "p0"}, {"remote_block_ids", json::array({1, 2})}});
+        ValidDescriptor());
     return sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), true, Leg(),
                          observer);
   }
@@ -232,6 +240,21 @@ TEST_F(EngineResponseBoundsTest, B10_Decode400WithInvalidUtf8AndCutMultibyteText
   EXPECT_LE(f.detail.size(), kMaxEngineTextBytes);
   EXPECT_THAT(f.detail, StartsWith("bad " + kFffd + " byte: \xC3\xA9"));
   EXPECT_NO_THROW(ClientErrorJson(f));
+}
+
+TEST_F(EngineResponseBoundsTest, B10_DecodeErrorStatusWithAnEmptyBodyEndsAtOnce) {
+  // A 503 with nothing after its head, on a connection the engine keeps
+  // open: the leg ends with the status, not at the 5 s first-token budget.
+  RawEngine engine([&](RawEngine::Connection& c) {
+    c.Send("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+    std::this_thread::sleep_for(3s);
+  });
+  const MonoTime start = MonoClock::now();
+  const EngineFailure f = DecodeFailure(engine);
+  EXPECT_LT(Seconds(MonoClock::now() - start), 2.0) << f.detail;
+  EXPECT_EQ(f.phase, Phase::kDecode);
+  EXPECT_EQ(f.engine_status, 503);
+  EXPECT_EQ(f.status, 502);
 }
 
 TEST_F(EngineResponseBoundsTest, B11_InStreamErrorMessageIsBoundedText) {

@@ -227,9 +227,12 @@ struct DecodeStep {
   }
   // B3: the descriptor was rejected before any decode request.
   static DecodeStep InvalidContinuation() {
-    DecodeStep s = Fail(MakeEngineFailure(engines::FailureReason::kInvalidResponse,
-                                          engines::BreakerClass::kKvHandoff, 502,
-                                          "invalid continuation: remote_engine_id missing", false));
+    engines::EngineFailure f = MakeEngineFailure(engines::FailureReason::kInvalidResponse,
+                                                 engines::BreakerClass::kKvHandoff, 502,
+                                                 "invalid continuation: remote_engine_id is missing",
+                                                 false);
+    f.handoff_rejection = "missing_engine_id";
+    DecodeStep s = Fail(std::move(f));
     s.evidence_is_producer = true;
     return s;
   }

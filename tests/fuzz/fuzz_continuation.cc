@@ -10,9 +10,10 @@
 //
 // Checked: nothing throws; a refusal carries a message of bounded length and
 // a shape refusal is the continuation refusal; the shape verdict is the one
-// the header states (a non-empty object, remote_engine_id a non-empty
-// string, remote_block_ids a list of non-negative integers or of such
-// lists); parameters() is a detached copy; the decode body carries the
+// engines/descriptor_contract.h states (restated below: do_remote_prefill
+// true, remote_engine_id, remote_request_id and remote_host non-empty
+// strings, remote_block_ids a list of non-negative integers or of such
+// lists, remote_port in 1..65535, sizes positive integers); parameters() is a detached copy; the decode body carries the
 // descriptor verbatim (or none with same_worker) and serialises; the
 // prefill body has exactly the B1 edits.
 #include <cstddef>
@@ -60,15 +61,35 @@ bool IsListOfIdLists(const json& v) {
   return true;
 }
 
-// The header's statement of B3's shape rule.
+bool IsPositive(const json& v) {
+  return (v.is_number_unsigned() && v.get<unsigned long long>() > 0) ||
+         (v.is_number_integer() && v.get<long long>() > 0);
+}
+
+bool NonEmptyString(const json& d, const char* name) {
+  auto it = d.find(name);
+  return it != d.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+}
+
+// The contract of engines/descriptor_contract.h, stated independently: the
+// B3 shape plus the typed fields.
 bool ShapeValid(const json& d) {
   if (!d.is_object() || d.empty()) return false;
-  auto engine = d.find("remote_engine_id");
-  if (engine == d.end() || !engine->is_string() || engine->get_ref<const std::string&>().empty()) {
+  auto prefill = d.find("do_remote_prefill");
+  if (prefill == d.end() || *prefill != json(true)) return false;
+  if (!NonEmptyString(d, "remote_engine_id")) return false;
+  auto blocks = d.find("remote_block_ids");
+  if (blocks == d.end() || !(IsIdList(*blocks) || IsListOfIdLists(*blocks))) return false;
+  if (!NonEmptyString(d, "remote_request_id") || !NonEmptyString(d, "remote_host")) return false;
+  auto port = d.find("remote_port");
+  if (port == d.end() || !IsPositive(*port) || port->get<unsigned long long>() > 65535) {
     return false;
   }
-  auto blocks = d.find("remote_block_ids");
-  return blocks != d.end() && (IsIdList(*blocks) || IsListOfIdLists(*blocks));
+  for (const char* size : {"tp_size", "dcp_size", "pp_size"}) {
+    if (auto it = d.find(size); it != d.end() && !IsPositive(*it)) return false;
+  }
+  if (auto it = d.find("remote_num_tokens"); it != d.end() && !IsBlockId(*it)) return false;
+  return true;
 }
 
 void CheckExtract(const json& response, const json& descriptor) {
@@ -106,7 +127,7 @@ void Run(const uint8_t* bytes, size_t size) {
   const PrefillResult handoff("p0", "http://127.0.0.1:8100", handoff_api, "rid-1", connector,
                               descriptor);
   const std::string why =
-      narwhal::engines::ValidateContinuation(handoff, decode_connector, decode_api);
+      narwhal::engines::ValidateContinuation(handoff, decode_connector, decode_api).detail;
   if (!shape.empty()) {
     FUZZ_CHECK_MSG(why == shape, why);
   } else {

@@ -87,7 +87,7 @@ void Success(const std::string& response, Api api) {
   const narwhal::engines::PrefillResult handoff("p0", "http://127.0.0.1:8100", api, "rid-1",
                                                 "NixlConnector", std::move(*descriptor));
   const std::string invalid =
-      narwhal::engines::ValidateContinuation(handoff, "NixlConnector", api);
+      narwhal::engines::ValidateContinuation(handoff, "NixlConnector", api).detail;
   FUZZ_CHECK_MSG(invalid == narwhal::engines::ValidateDescriptorShape(handoff.descriptor()),
                  invalid);
   if (!invalid.empty()) return;

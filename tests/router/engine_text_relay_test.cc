@@ -64,7 +64,9 @@ std::string PrefillOk() {
   const json body = {{"id", "cmpl-p"},
                      {"choices", json::array({{{"index", 0}, {"text", "x"}}})},
                      {"kv_transfer_params",
-                      {{"remote_engine_id", "p0"},
+                      {{"do_remote_prefill", true},
+                       {"remote_engine_id", "p0"},
+                       {"remote_request_id", "cmpl-p-1a2b3c4d"},
                        {"remote_block_ids", json::array({1, 2})},
                        {"remote_host", "127.0.0.1"},
                        {"remote_port", 1}}}};

@@ -1162,8 +1162,9 @@ TEST_F(RouterTest, B17_InvalidContinuationCountsAgainstTheProducer) {
   EXPECT_THAT(r.outcome.message, StartsWith("invalid continuation:"));
   EXPECT_EQ(Streak("p0", "kv_handoff"), 1);
   EXPECT_EQ(Streak("d0", "kv_handoff"), 0);
-  EXPECT_EQ(Metric("narwhal_handoff_rejected_total", {{"reason", "invalid_continuation"}}), 1);
+  EXPECT_EQ(Metric("narwhal_handoff_rejected_total", {{"reason", "missing_engine_id"}}), 1);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["class"], "kv_handoff");
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["handoff_rejection"], "missing_engine_id");
 }
 
 TEST_F(RouterTest, B17_ClientFaultsAreNoEvidence) {

@@ -89,6 +89,7 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
     EXPECT_EQ(a.engines[i].iid, b.engines[i].iid);
     EXPECT_EQ(a.engines[i].url, b.engines[i].url);
     EXPECT_EQ(a.engines[i].role, b.engines[i].role);
+    EXPECT_EQ(a.engines[i].kv_engine_id, b.engines[i].kv_engine_id);
   }
   ASSERT_EQ(a.engine_contract.has_value(), b.engine_contract.has_value());
   if (a.engine_contract) {
@@ -129,6 +130,8 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.recovery.liveness_interval_s, b.recovery.liveness_interval_s);
   EXPECT_EQ(a.recovery.liveness_misses, b.recovery.liveness_misses);
   EXPECT_EQ(a.recovery.engine_restart_policy, b.recovery.engine_restart_policy);
+  EXPECT_EQ(a.handoff.remote_host, b.handoff.remote_host);
+  EXPECT_EQ(a.handoff.lease_s, b.handoff.lease_s);
 }
 
 // Removes annotation keys ("_...") at every level.
@@ -164,7 +167,10 @@ TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
   EXPECT_EQ(s.serving.max_attempts, 1);
   EXPECT_EQ(s.serving.request_timeout_s, 600.0);
   EXPECT_EQ(s.serving.prefill_timeout_s, 120.0);
-  EXPECT_EQ(s.serving.handoff_timeout_s, 0.0);
+  EXPECT_EQ(s.serving.handoff_timeout_s, 24.0);  // 80% of handoff.lease_s
+  EXPECT_EQ(s.handoff.lease_s, 30.0);
+  EXPECT_EQ(s.handoff.remote_host, "pass");
+  EXPECT_EQ(s.engines[0].kv_engine_id, "");
   EXPECT_EQ(s.serving.retry_budget, 10.0);
   EXPECT_EQ(s.serving.retry_replenish, 0.1);
   EXPECT_EQ(s.serving.retry_base_s, 0.1);
@@ -240,7 +246,8 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   Settings s = MustParse(MinimalConfig());
   s.model = "org/model";
   s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3"};
-  s.engines = {{"a", "http://[::1]:9", Role::kBoth}, {"b", "http://h:10", Role::kDecode}};
+  s.engines = {{"a", "http://[::1]:9", Role::kBoth, "engine-a"}, {"b", "http://h:10", Role::kDecode}};
+  s.handoff = {"rewrite", 40};
   s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "NixlConnector", "fp"};
   s.serving = {3, 100, 50, 25, 7, 0.5, 0.25, 2, 99, 2048, 1.5, "CLIENT_KEY"};
   s.serving.io_threads = 4;
@@ -265,6 +272,39 @@ TEST(ConfigJson, SettingsToJsonListsEveryKey) {
   EXPECT_EQ(out["admin"].size(), 5u);
   EXPECT_EQ(out["engines"][0]["role"], "prefill");
   EXPECT_EQ(out["recovery"]["engine_restart_policy"], "individual");
+}
+
+TEST(ConfigHandoff, AgeLimitIsBelowTheLease) {
+  // Default: 80% of the lease, capped by the request deadline.
+  EXPECT_EQ(MustParse(With("handoff", "lease_s", 10)).serving.handoff_timeout_s, 8.0);
+  json short_deadline = With("serving", "request_timeout_s", 5);
+  short_deadline["serving"]["prefill_timeout_s"] = 5;
+  EXPECT_EQ(MustParse(short_deadline).serving.handoff_timeout_s, 5.0);
+  // Explicit: below the lease, or refused.
+  EXPECT_EQ(MustParse(With("serving", "handoff_timeout_s", 29.5)).serving.handoff_timeout_s, 29.5);
+  for (double age : {30.0, 45.0}) {
+    const std::string error = ErrorOf(With("serving", "handoff_timeout_s", age));
+    EXPECT_CONTAINS(error, "serving.handoff_timeout_s");
+    EXPECT_CONTAINS(error, "must be < handoff.lease_s (30)");
+  }
+  json config = With("handoff", "lease_s", 60);
+  config["serving"]["handoff_timeout_s"] = 45;
+  EXPECT_EQ(MustParse(config).serving.handoff_timeout_s, 45.0);
+  EXPECT_CONTAINS(ErrorOf(With("handoff", "lease_s", 0)), "handoff.lease_s");
+}
+
+TEST(ConfigHandoff, RemoteHostPolicyAndEngineIds) {
+  for (const char* policy : {"pass", "rewrite", "match"}) {
+    EXPECT_EQ(MustParse(With("handoff", "remote_host", policy)).handoff.remote_host, policy);
+  }
+  EXPECT_CONTAINS(ErrorOf(With("handoff", "remote_host", "Rewrite")), "handoff.remote_host");
+  json config = MinimalConfig();
+  config["engines"][0]["kv_engine_id"] = "4d2c0a8e_dp0";
+  EXPECT_EQ(MustParse(config).engines[0].kv_engine_id, "4d2c0a8e_dp0");
+  config["engines"][0]["kv_engine_id"] = "";
+  EXPECT_CONTAINS(ErrorOf(config), "engines[0].kv_engine_id");
+  config["engines"][0]["kv_engine_id"] = 7;
+  EXPECT_CONTAINS(ErrorOf(config), "engines[0].kv_engine_id");
 }
 
 // ---------------------------------------------------------------------------
@@ -1090,7 +1130,7 @@ TEST(ConfigResourceBounds, MaximumValuesStartAndServe) {
   ASSERT_TRUE(embedded.ok()) << embedded.status();
   json config = SettingsToJson((*embedded)->settings());
   config["serving"] = {{"max_attempts", 3},          {"request_timeout_s", 1e7},
-                       {"prefill_timeout_s", 1e7},   {"handoff_timeout_s", 1e7},
+                       {"prefill_timeout_s", 1e7},   {"handoff_timeout_s", 9999999},
                        {"retry_budget", 1e9},        {"retry_replenish", 1},
                        {"max_inflight", 100000},     {"max_request_bytes", 1073741824},
                        {"graceful_timeout_s", 1e7},  {"io_threads", 64},
@@ -1101,6 +1141,7 @@ TEST(ConfigResourceBounds, MaximumValuesStartAndServe) {
                       {"decode_read_timeout_s", 1e7},
                       {"connect_timeout_s", 1e7},
                       {"health_timeout_s", 1e7}};
+  config["handoff"] = {{"lease_s", 1e7}};  // the age limit is below it
   config["recovery"] = {{"eject_after", INT_MAX},
                         {"failure_quarantine_s", 1e7},
                         {"readmit_interval_s", 1e7},
@@ -1148,14 +1189,17 @@ TEST(ConfigResourceBounds, MaximumValuesStartAndServe) {
 // The schema's other forms.
 
 TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
-  Settings s = MustParse(With(
+  json config = With(
       "", "engine_contract",
-      {{"vllm_version", "v"}, {"model", "m"}, {"max_model_len", 7}, {"system_fingerprint", "fp"}}));
+      {{"vllm_version", "v"}, {"model", "m"}, {"max_model_len", 7}, {"system_fingerprint", "fp"}});
+  config["engines"][0]["kv_engine_id"] = "engine-p0";
+  Settings s = MustParse(config);
   const config::v1::FleetConfig proto = SettingsToProto(s);
   // Every field of every message is present.
   std::vector<const google::protobuf::Message*> messages = {
       &proto,           &proto.listen(), &proto.engines(0), &proto.engine_contract(),
-      &proto.serving(), &proto.admin(),  &proto.engine(),   &proto.recovery()};
+      &proto.serving(), &proto.admin(),  &proto.engine(),   &proto.recovery(),
+      &proto.handoff()};
   for (const google::protobuf::Message* m : messages) {
     const google::protobuf::Descriptor* d = m->GetDescriptor();
     for (int i = 0; i < d->field_count(); ++i) {

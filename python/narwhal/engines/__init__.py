@@ -1,0 +1,1 @@
+"""narwhal.engines: the engine adapter (EngineClient, PrefillResult, EngineError)."""

@@ -1,0 +1,137 @@
+// The gRPC inference API with TLS (server/grpc_credentials, the credentials
+// narwhal-serve gives its inference and admin listeners): a client that
+// trusts the self-signed certificate made at test time gets its generation
+// over a real TLS connection on loopback; a plaintext client and a client
+// that does not trust the certificate are refused, and the listener keeps
+// serving.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engines/io_loops.h"
+#include "narwhal/v1/inference.grpc.pb.h"
+#include "router/clock.h"
+#include "router/fleet.h"
+#include "router/router.h"
+#include "server/grpc_credentials.h"
+#include "server/inference_service.h"
+#include "server/tls_files.h"
+#include "tests/fakes/fake_engine_client.h"
+#include "tests/server/tls_test_cert.h"
+
+namespace narwhal::server {
+namespace {
+
+namespace nt = narwhal::testing;
+namespace pb = narwhal::v1;
+using std::chrono_literals::operator""s;
+
+class GrpcTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = nt::MakeTempDir("grpc_tls_");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+    auto cert = nt::MakeSelfSignedCertificate(dir_);
+    ASSERT_TRUE(cert.ok()) << cert.status();
+    cert_ = *cert;
+    auto pem = LoadTlsFiles(cert_.cert_file, cert_.key_file);
+    ASSERT_TRUE(pem.ok()) << pem.status();
+
+    settings_.model = "m";
+    settings_.engines.resize(2);
+    settings_.engines[0].iid = "p0";
+    settings_.engines[0].url = "http://127.0.0.1:1";
+    settings_.engines[0].role = router::Role::kPrefill;
+    settings_.engines[1].iid = "d0";
+    settings_.engines[1].url = "http://127.0.0.1:2";
+    settings_.engines[1].role = router::Role::kDecode;
+    fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
+    router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
+                                               nullptr, 7);
+    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, "");
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", ListenerCredentials(&*pem), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_TRUE(server_);
+    ASSERT_NE(port_, 0);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    server_.reset();
+    service_.reset();
+    router_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  std::string Target() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  std::unique_ptr<pb::Inference::Stub> Stub(std::shared_ptr<grpc::ChannelCredentials> creds) {
+    return pb::Inference::NewStub(grpc::CreateChannel(Target(), std::move(creds)));
+  }
+
+  std::shared_ptr<grpc::ChannelCredentials> Trusting() const {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = cert_.cert_pem;
+    return grpc::SslCredentials(options);
+  }
+
+  static grpc::Status Complete(pb::Inference::Stub& stub, pb::CompleteResponse* response) {
+    pb::GenerateRequest request;
+    request.set_model("m");
+    request.set_prompt("hello");
+    request.set_max_tokens(4);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    return stub.Complete(&ctx, request, response);
+  }
+
+  std::string dir_;
+  nt::TestCertificate cert_;
+  router::Settings settings_;
+  engines::IoLoops loops_{2};
+  router::RealClock clock_;
+  nt::FakeEngineClient fake_;
+  std::unique_ptr<router::Fleet> fleet_;
+  std::unique_ptr<router::Router> router_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+TEST_F(GrpcTlsTest, TrustingClientCompletesOverTls) {
+  auto stub = Stub(Trusting());
+  pb::CompleteResponse response;
+  const grpc::Status status = Complete(*stub, &response);
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  EXPECT_EQ(response.text(), "hello world");
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+}
+
+TEST_F(GrpcTlsTest, PlaintextAndUntrustingClientsAreRefused) {
+  pb::CompleteResponse response;
+  auto plain = Stub(grpc::InsecureChannelCredentials());
+  EXPECT_EQ(Complete(*plain, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
+  auto stranger = nt::MakeSelfSignedCertificate(dir_, "stranger");
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  grpc::SslCredentialsOptions other_root;
+  other_root.pem_root_certs = stranger->cert_pem;  // trusts another certificate only
+  auto untrusting = Stub(grpc::SslCredentials(other_root));
+  EXPECT_EQ(Complete(*untrusting, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(fake_.prefill_calls().empty());
+
+  auto stub = Stub(Trusting());
+  const grpc::Status status = Complete(*stub, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+}  // namespace
+}  // namespace narwhal::server
