@@ -234,6 +234,14 @@ class Router::Run {
       co_return false;
     }
 
+    // A handoff that no consumer can take only pins its producer's KV blocks
+    // until the lease ends: no prefill starts without a placeable consumer.
+    if (!r_.fleet_.CanPlace(Phase::kDecode, excluded_)) {
+      RefundCredit();
+      FinishNoEngine(Phase::kDecode);
+      co_return false;
+    }
+
     // --- prefill (B1, B2) ---
     std::optional<Fleet::Reservation> producer = r_.fleet_.PickAndReserve(Phase::kPrefill, excluded_);
     if (!producer) {

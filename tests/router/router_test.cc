@@ -982,6 +982,22 @@ TEST_F(RouterTest, B14_BackoffIsFullJitterWithinTheDoublingCeiling) {
   EXPECT_GT(max_second, 0.5);   // the ceiling doubled (capped at 0.75)
 }
 
+TEST_F(RouterTest, NoPrefillStartsWithoutAPlaceableConsumer) {
+  Start();
+  ASSERT_TRUE(fleet_->Eject("d0", "operator test").ok());
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(r.outcome.status, 503);
+  EXPECT_EQ(r.outcome.error_type, ErrorType::kBackendUnavailable);
+  EXPECT_TRUE(fake_.prefill_calls().empty()) << "the handoff would have been abandoned";
+  EXPECT_EQ(Row(rid)["reason"], "no_engine");
+  // Back in placement, the same request runs both legs.
+  ASSERT_TRUE(fleet_->Readmit("d0", "operator test").ok());
+  r = Run(true);
+  EXPECT_EQ(r.outcome.status, 200);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+}
+
 TEST_F(RouterTest, B14_NoEngineLeftEndsWithTheOriginalFailure) {
   settings_.serving.max_attempts = 2;  // p0 + d0 only
   Start();
