@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <future>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -668,7 +669,20 @@ void Router::Drain(engines::MonoClock::duration grace, const engines::Executor& 
     live_cv_.wait_for(lock, std::chrono::milliseconds(10));
   }
   lock.unlock();
-  boost::asio::post(executor, [timer] { timer->Cancel(); });
+  // The timer is cancelled and destroyed on its loop before Drain returns:
+  // it refers to the clock, which may go away once Drain has returned.
+  auto released = std::make_shared<std::promise<void>>();
+  std::future<void> done = released->get_future();
+  auto holder = std::make_shared<std::shared_ptr<engines::Timer>>(std::move(timer));
+  boost::asio::post(executor, [holder, released] {
+    (*holder)->Cancel();
+    holder->reset();
+    released->set_value();
+  });
+  // Bounded: a loop that no longer runs would never get to it.
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    LogError("drain: the event loop did not release the grace timer within 10 s");
+  }
   CancelLiveAndWait();
 }
 

@@ -40,10 +40,14 @@ std::atomic<bool> g_counting{false};
 std::atomic<long long> g_allocations{0};
 thread_local bool t_excluded = false;
 
-void* Allocate(std::size_t size) {
+void Count() noexcept {
   if (g_counting.load(std::memory_order_relaxed) && !t_excluded) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void* Allocate(std::size_t size) {
+  Count();
   if (size == 0) size = 1;
   void* p = std::malloc(size);
   if (p == nullptr) throw std::bad_alloc();
@@ -58,6 +62,18 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow forms too (simdjson uses them): every form that frees with
+// std::free must allocate with std::malloc, or a sanitizer sees a mismatch.
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  Count();
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  Count();
+  return std::malloc(size == 0 ? 1 : size);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace narwhal::server {
 namespace {
