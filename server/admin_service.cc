@@ -10,6 +10,7 @@
 #include <grpcpp/alarm.h>
 
 #include "engines/engine_failure.h"
+#include "server/api_key.h"
 #include "server/config_loader.h"
 #include "server/log.h"
 #include "server/wake_link.h"
@@ -208,14 +209,6 @@ nlohmann::json PreflightEvent(const router::PreflightReport& r, const std::strin
 // (ejected by a failed one, or while on an inference hold).
 bool InferenceSuspect(const EngineSnapshot& s) {
   return s.state == PlacementState::kEjected && s.inference_suspect;
-}
-
-// Constant-time comparison, so a token cannot be guessed byte by byte.
-bool SameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
@@ -510,7 +503,8 @@ grpc::Status AdminService::Admit(grpc::CallbackServerContext* context) const {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing admin token (metadata authorization: Bearer <token>)");
   }
-  if (!SameSecret(std::string(it->second.data(), it->second.size()), "Bearer " + options_.token)) {
+  // Constant time (server/api_key), as the inference doors compare theirs.
+  if (!BearerMatches(std::string_view(it->second.data(), it->second.size()), options_.token)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid admin token");
   }
   return grpc::Status::OK;
