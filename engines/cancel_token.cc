@@ -6,6 +6,10 @@
 namespace narwhal::engines {
 
 void CancelToken::Cancel() {
+  // Once cancelled, always cancelled: a later Cancel() (a callback's own,
+  // say, which runs under run_mu_) returns without taking mu_, so the only
+  // order the two locks are ever taken in is mu_, then run_mu_.
+  if (cancelled_.load(std::memory_order_acquire)) return;
   std::vector<std::function<void()>> to_run;
   std::unique_lock<std::mutex> lock(mu_);
   if (cancelled_.exchange(true, std::memory_order_acq_rel)) return;

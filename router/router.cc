@@ -615,8 +615,10 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
     auto it = std::find_if(live_.begin(), live_.end(),
                            [&](const std::shared_ptr<ResponseSink>& c) { return c.get() == &sink; });
     if (it != live_.end()) live_.erase(it);
+    // Under the lock: once a waiter (Drain, the destructor) sees live_
+    // empty, this thread no longer touches the router.
+    live_cv_.notify_all();
   }
-  live_cv_.notify_all();
 }
 
 void Router::WriteJournal(const Request& request, const Outcome& outcome,
