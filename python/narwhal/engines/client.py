@@ -201,6 +201,43 @@ def _waker() -> _LoopWaker:
     return _LoopWaker.of(asyncio.get_running_loop())
 
 
+class _ChunkBuffer:
+    """The chunks a decode leg delivered and not yet handed out.
+
+    Shared by DecodeStream and AsyncDecodeStream, which differ only in how
+    they wait for the next batch.
+    """
+
+    def __init__(self) -> None:
+        self._pending: List[bytes] = []
+        self._index = 0
+        self.finished = False
+        self._failure: Optional[Mapping[str, Any]] = None
+
+    def next_chunk(self) -> Optional[Dict[str, Any]]:
+        """The next chunk, or None when the batch is used up.
+
+        Once the leg has finished and every chunk was handed out, raises the
+        leg's EngineError (once) if it failed.
+        """
+        while self._index < len(self._pending):
+            item = self._pending[self._index]
+            self._index += 1
+            chunk = _chunk(item)
+            if chunk is not None:
+                return chunk
+        if self.finished and self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise EngineError._from_record(failure)
+        return None
+
+    def refill(self, taken: Any) -> bool:
+        """Takes the call's next batch; False when there was nothing new."""
+        self._pending, self.finished, self._failure = taken
+        self._index = 0
+        return bool(self._pending) or self.finished
+
+
 class DecodeStream(Iterator[Dict[str, Any]]):
     """The chunks of a streaming decode leg, in order (an iterator of dicts).
 
@@ -213,30 +250,20 @@ class DecodeStream(Iterator[Dict[str, Any]]):
 
     def __init__(self, call: Any) -> None:
         self._call = call
-        self._pending: List[bytes] = []
-        self._index = 0
-        self._finished = False
-        self._failure: Optional[Mapping[str, Any]] = None
+        self._buffer = _ChunkBuffer()
 
     def __iter__(self) -> "DecodeStream":
         return self
 
     def __next__(self) -> Dict[str, Any]:
         while True:
-            while self._index < len(self._pending):
-                item = self._pending[self._index]
-                self._index += 1
-                chunk = _chunk(item)
-                if chunk is not None:
-                    return chunk
-            if self._finished:
-                if self._failure is not None:
-                    failure, self._failure = self._failure, None
-                    raise EngineError._from_record(failure)
+            chunk = self._buffer.next_chunk()
+            if chunk is not None:
+                return chunk
+            if self._buffer.finished:
                 raise StopIteration
             self._call.wait(None)
-            self._pending, self._finished, self._failure = self._call.take()
-            self._index = 0
+            self._buffer.refill(self._call.take())
 
     def close(self) -> None:
         """Cancels the leg if it is still running."""
@@ -263,30 +290,19 @@ class AsyncDecodeStream(AsyncIterator[Dict[str, Any]]):
 
     def __init__(self, call: Any) -> None:
         self._call = call
-        self._pending: List[bytes] = []
-        self._index = 0
-        self._finished = False
-        self._failure: Optional[Mapping[str, Any]] = None
+        self._buffer = _ChunkBuffer()
 
     def __aiter__(self) -> "AsyncDecodeStream":
         return self
 
     async def __anext__(self) -> Dict[str, Any]:
         while True:
-            while self._index < len(self._pending):
-                item = self._pending[self._index]
-                self._index += 1
-                chunk = _chunk(item)
-                if chunk is not None:
-                    return chunk
-            if self._finished:
-                if self._failure is not None:
-                    failure, self._failure = self._failure, None
-                    raise EngineError._from_record(failure)
+            chunk = self._buffer.next_chunk()
+            if chunk is not None:
+                return chunk
+            if self._buffer.finished:
                 raise StopAsyncIteration
-            self._pending, self._finished, self._failure = self._call.take()
-            self._index = 0
-            if not self._pending and not self._finished:
+            if not self._buffer.refill(self._call.take()):
                 await _waker().wait(self._call)
 
     async def aclose(self) -> None:
