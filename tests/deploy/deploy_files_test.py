@@ -255,6 +255,43 @@ class DockerfileTest(unittest.TestCase):
         self.assertNotEqual(self.healthcheck(free_port()), 0)
 
 
+class GrafanaDashboardTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dash = json.loads(read("deploy/grafana/narwhal.json"))
+
+    def test_panels_are_well_formed(self):
+        panels = self.dash["panels"]
+        ids = [p["id"] for p in panels]
+        self.assertEqual(len(ids), len(set(ids)), "duplicate panel ids")
+        for p in panels:
+            for key in ("h", "w", "x", "y"):
+                self.assertIn(key, p["gridPos"], p["title"])
+            self.assertLessEqual(p["gridPos"]["x"] + p["gridPos"]["w"], 24, p["title"])
+            if p["type"] == "timeseries":
+                refs = [t["refId"] for t in p["targets"]]
+                self.assertTrue(refs, p["title"])
+                self.assertEqual(len(refs), len(set(refs)), p["title"])
+                for t in p["targets"]:
+                    self.assertTrue(t["expr"].strip(), p["title"])
+                    self.assertEqual(t["datasource"]["uid"], "${datasource}")
+        names = {v["name"] for v in self.dash["templating"]["list"]}
+        self.assertEqual(names, {"datasource", "job", "instance"})
+
+    def test_covers_what_an_operator_needs(self):
+        exprs = " ".join(t["expr"] for p in self.dash["panels"] for t in p.get("targets", []))
+        for needed in ("narwhal_requests_total", "narwhal_ttft_seconds_bucket",
+                       "narwhal_first_byte_seconds_bucket", "narwhal_handoff_seconds_bucket",
+                       "narwhal_decode_tokens_total", "sum by (iid, phase) (narwhal_engine_inflight",
+                       "narwhal_engine_breaker_streak", "narwhal_engine_held",
+                       "narwhal_engine_quarantined", "narwhal_engine_probes_total",
+                       "narwhal_retry_attempts_total", "narwhal_retry_denied_total"):
+            self.assertIn(needed, exprs)
+        text = " ".join(p.get("options", {}).get("content", "") for p in self.dash["panels"])
+        self.assertIn("ttft_s", text)
+        self.assertIn("first_byte_s", text)
+
+
 class SystemdUnitTest(unittest.TestCase):
     def unit(self):
         sections, current = {}, None

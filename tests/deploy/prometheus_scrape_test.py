@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -25,6 +26,22 @@ from serve_process import ServeProcess, free_port
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROM_DIR = os.path.join(ROOT, "deploy/prometheus")
 DEADLINE_S = 15
+
+
+def dashboard_queries():
+    """The dashboard's PromQL with Grafana's variables filled in."""
+    with open(os.path.join(ROOT, "deploy/grafana/narwhal.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    out = []
+    for expr in exprs:
+        expr = expr.replace("$__rate_interval", "5s").replace("$job", ".*").replace("$instance", ".*")
+        if expr.startswith("label_values("):
+            # Grafana's helper: label_values(selector, label) -> the selector.
+            expr = expr[len("label_values("):].rsplit(",", 1)[0]
+        out.append(expr)
+    return out
 
 
 class PrometheusScrapeTest(unittest.TestCase):
@@ -53,8 +70,11 @@ class PrometheusScrapeTest(unittest.TestCase):
 
     def query(self, port, expr):
         url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            doc = json.load(resp)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                doc = json.load(resp)
+        except urllib.error.HTTPError as err:
+            self.fail(f"Prometheus refused {expr!r}: {err.read().decode()}")
         self.assertEqual(doc["status"], "success", doc)
         return doc["data"]["result"]
 
@@ -123,6 +143,10 @@ class PrometheusScrapeTest(unittest.TestCase):
                 # must sit inside the histogram's finite buckets.
                 self.assertGreater(p99, 0)
                 self.assertLess(p99, 10)
+
+                # Every dashboard query is PromQL this Prometheus evaluates.
+                for expr in dashboard_queries():
+                    self.query(port, expr)
 
                 # The alert rules loaded and evaluate without errors.
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=5) as r:
