@@ -354,7 +354,7 @@ class VllmFleetTest(unittest.TestCase):
         # would exit 1 before any report.
         out = self.check(os.path.join(DEPLOY, "vllm", "fleet.json"))
         self.assertEqual(out.returncode, 1, out.stderr)
-        self.assertNotIn("config", out.stderr)
+        self.assertNotRegex(out.stderr, r"narwhal-check: config")
         report = json.loads(out.stdout)
         gates = {g["name"]: g["outcome"] for g in report["gates"]}
         self.assertEqual(gates["reach"], "failed")

@@ -25,7 +25,7 @@ from serve_process import ServeProcess, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROM_DIR = os.path.join(ROOT, "deploy/prometheus")
-DEADLINE_S = 15
+DEADLINE_S = 30
 
 
 def dashboard_queries():
