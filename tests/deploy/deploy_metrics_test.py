@@ -107,6 +107,29 @@ class DeployMetricsTest(unittest.TestCase):
         self.assertGreater(len(used), 6, used)
         self.assertEqual(sorted(used - self.exported), [], "rule metrics not in /metrics")
 
+    def test_selector_labels_exist_on_their_metrics(self):
+        # A selector such as narwhal_engine_held{kind="inference"} matches
+        # nothing when the metric has no such label.
+        labels = {}
+        for line in self.exposition.splitlines():
+            m = re.match(r"^([a-z_:][a-z0-9_:]*)\{(.*)\} ", line)
+            if m:
+                name = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
+                labels.setdefault(name, set()).update(re.findall(r"(\w+)=\"", m.group(2)))
+                labels.setdefault(m.group(1), set()).update(re.findall(r"(\w+)=\"", m.group(2)))
+        with open(RULES) as f:
+            text = f.read()
+        with open(DASHBOARD) as f:
+            text += f.read().replace('\\"', '"')
+        checked = 0
+        for name, selector in re.findall(r"\b(narwhal_[a-z0-9_]+)\{([^}]*)\}", text):
+            for label in re.findall(r"(\w+)\s*[=!]~?", selector):
+                if label in ("job", "instance", "le"):
+                    continue  # added by Prometheus, or the bucket bound
+                checked += 1
+                self.assertIn(label, labels.get(name, set()), f"{name} has no label {label}")
+        self.assertGreaterEqual(checked, 3)
+
     def test_a_misspelt_name_would_be_caught(self):
         self.assertNotIn("narwhal_request_total", self.exported)
         self.assertEqual(names_in('rate(narwhal_nope_total{job="narwhal"}[5m])'),
