@@ -109,6 +109,17 @@ class BehavioursTest(unittest.TestCase):
                 base = re.sub(r"_(bucket|sum|count)$", "", name)
                 self.assertIn(f'"{base}"', sources, f"docs/{doc}: unknown metric {name}")
 
+    def test_every_spec_section_cited_in_the_tree_has_a_row(self):
+        rows = set(re.findall(r"^\| SPEC §(\d+) \|", self.text, re.M))
+        cited = set()
+        for pattern in ("**/*.cc", "**/*.h", "**/*.proto", "**/*.py", "**/*.md", "**/*.mjs"):
+            for path in glob.glob(pattern, root_dir=ROOT, recursive=True):
+                if "node_modules" in path or path.startswith("build"):
+                    continue
+                cited.update(re.findall(r"SPEC §(\d+)", read(path)))
+        self.assertGreater(len(cited), 5)
+        self.assertEqual(sorted(cited - rows, key=int), [])
+
     def test_ttft_and_first_byte_are_set_against_vllms_ttft(self):
         (table,) = [v for k, v in sections(self.text, 2).items() if "vLLM's TTFT" in k]
         self.assertIn("`ttft_s`", table)
