@@ -77,7 +77,7 @@ class KubernetesManifestTest(unittest.TestCase):
     def test_every_manifest_parses_with_kind_and_name(self):
         kinds = set(self.docs)
         self.assertLessEqual({"Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
-                              "ServiceMonitor", "Kustomization"}, kinds)
+                              "ServiceMonitor", "PrometheusRule", "Kustomization"}, kinds)
         for kind, entries in self.docs.items():
             for path, doc in entries:
                 self.assertIn("apiVersion", doc, path)
@@ -167,6 +167,12 @@ class KubernetesManifestTest(unittest.TestCase):
         # the Service name.
         self.assertEqual(svc["metadata"]["name"], "narwhal")
         self.assertIn('job="narwhal"', read("deploy/prometheus/narwhal-rules.yml"))
+
+    def test_prometheus_rule_carries_the_alert_rules(self):
+        rule = self.one("PrometheusRule")
+        with open(os.path.join(DEPLOY, "prometheus", "narwhal-rules.yml")) as f:
+            groups = yaml.safe_load(f)["groups"]
+        self.assertEqual(rule["spec"]["groups"], groups)
 
     def test_readme_explains_per_replica_breaker_state(self):
         text = read("deploy/k8s/README.md")
