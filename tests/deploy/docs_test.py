@@ -177,7 +177,7 @@ class OperationsTest(unittest.TestCase):
                 rpc = next((a.rsplit("/", 1)[1] for a in argv if "/narwhal.admin.v1.Admin/" in a),
                            None)
                 if rpc == "WatchEvents":
-                    out = _run_for(argv, 3)
+                    out = _run_for(argv, 30, until='"seq"')
                     self.assertIn('"seq"', out, line)
                     continue
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -202,11 +202,12 @@ def _shell_split(line):
     return shlex.split(line)
 
 
-def _run_for(argv, seconds):
-    """Runs a streaming command for `seconds`, returns what it printed."""
+def _run_for(argv, seconds, until=None):
+    """Runs a streaming command for up to `seconds` (less once its output
+    contains `until`), returns what it printed."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     out, deadline = [], time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (until and until in "".join(out)):
         ready, _, _ = select.select([proc.stdout], [], [], 0.2)
         if ready:
             chunk = proc.stdout.readline()
