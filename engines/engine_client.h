@@ -84,6 +84,14 @@ struct ControlResponse {
 
 struct DecodeOutcome {
   std::optional<EngineFailure> failure;  // empty: generated output, then [DONE]
+  // A failed leg of a valid, unused handoff that no consumer took: the
+  // request never reached the consumer (cancelled, deadline, connect
+  // failure), or the consumer refused it with an HTTP error status before
+  // streaming. The producer still pins the blocks: the router releases them
+  // (router/handoff_releaser.h). False after a success, when the consumer may
+  // own the request (it was sent and no refusal came back), and for handoffs
+  // refused before any request (B3, reused).
+  bool handoff_left_with_producer = false;
   bool ok() const { return !failure.has_value(); }
 };
 

@@ -1,5 +1,9 @@
 #include "router/metrics.h"
 
+#include <string>
+
+#include "router/handoff_labels.h"
+
 namespace narwhal::router {
 namespace {
 
@@ -76,6 +80,16 @@ Metrics::Metrics(prometheus::Registry& r)
                                  .Name("narwhal_handoff_rejected_total")
                                  .Help("KV handoffs not used for decode, by reason.")
                                  .Register(r)),
+      handoffs_abandoned_total(
+          prometheus::BuildCounter()
+              .Name("narwhal_handoffs_abandoned_total")
+              .Help("Valid KV handoffs the router held and did not decode, by reason.")
+              .Register(r)),
+      handoff_releases_total(
+          prometheus::BuildCounter()
+              .Name("narwhal_handoff_releases_total")
+              .Help("Releases of abandoned KV handoffs on their producers, by outcome.")
+              .Register(r)),
       engine_breaker_streak(prometheus::BuildGauge()
                                 .Name("narwhal_engine_breaker_streak")
                                 .Help("Consecutive failures per engine and failure class.")
@@ -107,6 +121,13 @@ Metrics::Metrics(prometheus::Registry& r)
       engine_inflight(prometheus::BuildGauge()
                           .Name("narwhal_engine_inflight")
                           .Help("Legs running on an engine, by phase.")
-                          .Register(r)) {}
+                          .Register(r)) {
+  for (std::string_view reason : kAbandonReasonNames) {
+    handoffs_abandoned_total.Add({{"reason", std::string(reason)}});
+  }
+  for (std::string_view outcome : kReleaseOutcomeNames) {
+    handoff_releases_total.Add({{"outcome", std::string(outcome)}});
+  }
+}
 
 }  // namespace narwhal::router

@@ -35,6 +35,10 @@ class Metrics {
   prometheus::Counter& retry_denied_total;
   prometheus::Gauge& retry_credits;
   prometheus::Family<prometheus::Counter>& handoff_rejected_total;  // {reason}
+  // Abandoned handoffs and their releases (router/handoff_releaser.h); every
+  // label of router/handoff_labels.h exported at zero from the start.
+  prometheus::Family<prometheus::Counter>& handoffs_abandoned_total;  // {reason}
+  prometheus::Family<prometheus::Counter>& handoff_releases_total;    // {outcome}
 
   // Engines
   prometheus::Family<prometheus::Gauge>& engine_breaker_streak;      // {iid, class}

@@ -183,6 +183,7 @@ class Router::Run {
 
   engines::Awaitable<void> Execute() {
     const engines::Executor executor = co_await boost::asio::this_coro::executor;
+    executor_ = executor;
     for (int attempt = 1;; ++attempt) {
       attempts_ = attempt;
       if (attempt > 1) {
@@ -276,6 +277,7 @@ class Router::Run {
     std::optional<Fleet::Reservation> consumer =
         r_.fleet_.PickAndReserve(Phase::kDecode, excluded_, producer_target.iid);
     if (!consumer) {
+      Abandon(*prefill.result, AbandonReason::kNoConsumer, handoff_start, {});
       FinishNoEngine(Phase::kDecode);
       co_return false;
     }
@@ -289,6 +291,8 @@ class Router::Run {
       if (r_.metrics_ != nullptr) {
         r_.metrics_->handoff_rejected_total.Add({{"reason", "expired"}}).Increment();
       }
+      // Too old for the router, maybe not for the producer's lease.
+      Abandon(*prefill.result, AbandonReason::kExpired, handoff_start, {});
       // The handoff aged on its producer: a retry avoids the producer, not
       // the idle consumer.
       co_return OnFailure(attempt,
@@ -346,6 +350,15 @@ class Router::Run {
       co_return false;
     }
     EngineFailure failure = std::move(*decode.failure);
+    if (decode.handoff_left_with_producer) {
+      // No consumer took the handoff: free it on the producer.
+      const AbandonReason why = failure.reason == FailureReason::kCancelled
+                                    ? AbandonReason::kCancelled
+                                : failure.reason == FailureReason::kDeadline
+                                    ? AbandonReason::kDeadline
+                                    : AbandonReason::kConsumerRefused;
+      Abandon(*prefill.result, why, handoff_start, {consumer_target.iid});
+    }
     if (!failure.handoff_rejection.empty() && r_.metrics_ != nullptr) {
       r_.metrics_->handoff_rejected_total.Add({{"reason", failure.handoff_rejection}})
           .Increment();
@@ -418,6 +431,21 @@ class Router::Run {
     return false;
   }
 
+  // Hands a valid handoff that will not be decoded to the releaser (it
+  // returns at once; the release never touches this request).
+  void Abandon(const engines::PrefillResult& handoff, AbandonReason reason, MonoTime handoff_start,
+               std::vector<std::string> avoid) {
+    HandoffReleaser::Abandoned a;
+    a.handoff = &handoff;
+    a.reason = reason;
+    a.client_body = request_.body;
+    a.handoff_start = handoff_start;
+    a.avoid = std::move(avoid);
+    a.rid = request_.rid;
+    abandoned_ = reason;
+    released_ = r_.releaser_.Release(a, executor_) == ReleaseDispatch::kStarted;
+  }
+
   void FinishNoEngine(Phase phase) {
     std::string why;
     if (r_.fleet_.Ready(&why)) {
@@ -466,6 +494,10 @@ class Router::Run {
                  {"attempts", attempts_},
                  {"attempt_failures", std::move(failures)},
                  {"tpot_s", OptionalSeconds(tpot_s_)}};
+    if (abandoned_) {
+      info["handoff_abandoned"] = AbandonReasonName(*abandoned_);
+      info["handoff_released"] = released_;
+    }
     r_.Finish(request_, *sink_, std::move(o), info);
   }
 
@@ -485,6 +517,11 @@ class Router::Run {
   long long output_tokens_ = 0;
   long long prompt_tokens_ = -1;
   bool finished_ = false;
+  engines::Executor executor_;
+  // The latest attempt's abandoned handoff, if any, and whether its release
+  // started (journal: handoff_abandoned, handoff_released).
+  std::optional<AbandonReason> abandoned_;
+  bool released_ = false;
 };
 
 Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fleet& fleet,
@@ -496,6 +533,7 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
       metrics_(metrics),
       journal_(journal),
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
+      releaser_(settings, engines, fleet, clock, metrics),
       rng_(seed) {
   if (metrics_ != nullptr) metrics_->retry_credits.Set(retry_budget_.credits());
 }
@@ -650,6 +688,8 @@ void Router::WriteJournal(const Request& request, const Outcome& outcome,
       {"attempt_failures", json::array()},
       {"output_started", outcome.output_started},
       {"output_tokens", outcome.output_tokens},
+      {"handoff_abandoned", nullptr},
+      {"handoff_released", nullptr},
   };
   for (auto it = attempt_info.begin(); it != attempt_info.end(); ++it) row[it.key()] = *it;
   journal_->Write(std::move(row));
@@ -686,6 +726,8 @@ void Router::Drain(engines::MonoClock::duration grace, const engines::Executor& 
     LogError("drain: the event loop did not release the grace timer within 10 s");
   }
   CancelLiveAndWait();
+  // Releases still running end now, while the loops still run them.
+  releaser_.Cancel();
 }
 
 void Router::CancelLiveAndWait() {

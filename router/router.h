@@ -7,7 +7,8 @@
 // attempt loop with fresh backend ids (B8) and retries (B14), handoff-age
 // enforcement (B7), breaker evidence and quarantine (B15, B17), failure to
 // status mapping (B10, B11, B16), disconnect cancellation (B19), measurement
-// (B9) and the journal row. The response goes to the door's ResponseSink:
+// (B9), the release of handoffs it will not decode (router/handoff_releaser.h)
+// and the journal row. The response goes to the door's ResponseSink:
 // streaming events as they arrive (one write per engine read), then one
 // Outcome. Every path releases every reservation exactly once (RAII) and
 // writes exactly one journal row. No thread per request: a request lives on
@@ -31,6 +32,7 @@
 #include "engines/engine_client.h"
 #include "router/clock.h"
 #include "router/fleet.h"
+#include "router/handoff_releaser.h"
 #include "router/journal.h"
 #include "router/metrics.h"
 #include "router/outcome.h"
@@ -105,6 +107,8 @@ class Router {
   Metrics* metrics_;
   Journal* journal_;
   RetryBudget retry_budget_;
+  // Releases of abandoned handoffs; destroyed (waited for) before the rest.
+  HandoffReleaser releaser_;
 
   std::mutex rng_mu_;
   std::mt19937_64 rng_;

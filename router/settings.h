@@ -98,6 +98,10 @@ struct EngineIoSettings {
 struct HandoffSettings {
   std::string remote_host = "pass";  // "pass", "rewrite" or "match"
   double lease_s = 30;               // the producers' KV lease; handoff_timeout_s is below it
+  // Abandoned handoffs (router/handoff_releaser.h): "pull", "reject" or "off".
+  std::string release = "pull";
+  int release_max_inflight = 16;  // releases at once; beyond: dropped and counted
+  double release_timeout_s = 5;   // one release leg
 };
 
 // Bounds on what one generation request may ask for, applied identically by

@@ -916,6 +916,9 @@ void ValidateTls(const Fields& f, router::TlsSettings* out) {
 bool ValidateHandoff(const Fields& f, router::HandoffSettings* out) {
   using H = pb::Handoff;
   f.String(H::kRemoteHostFieldNumber, &out->remote_host);
+  f.String(H::kReleaseFieldNumber, &out->release);
+  f.Int(H::kReleaseMaxInflightFieldNumber, &out->release_max_inflight);
+  f.Number(H::kReleaseTimeoutSFieldNumber, &out->release_timeout_s);
   return f.Number(H::kLeaseSFieldNumber, &out->lease_s);
 }
 
@@ -1142,6 +1145,9 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   }
   c.mutable_handoff()->set_remote_host(s.handoff.remote_host);
   c.mutable_handoff()->set_lease_s(s.handoff.lease_s);
+  c.mutable_handoff()->set_release(s.handoff.release);
+  c.mutable_handoff()->set_release_max_inflight(s.handoff.release_max_inflight);
+  c.mutable_handoff()->set_release_timeout_s(s.handoff.release_timeout_s);
   return c;
 }
 

@@ -503,11 +503,13 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   }
   if (options.cancel != nullptr && options.cancel->cancelled()) {
     out.failure = Cancelled(kPhase, consumer.iid);
+    out.handoff_left_with_producer = true;
     co_return out;
   }
   const MonoTime started = clock_.Now();
   if (started >= options.request_deadline) {
     out.failure = DeadlineExpired(kPhase, consumer.iid);
+    out.handoff_left_with_producer = true;
     co_return out;
   }
 
@@ -537,6 +539,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   error_code ec;
   auto parser = std::make_shared<DecodeParser>(options_);
   bool connected = false;
+  bool request_sent = false;  // the whole decode request reached the socket
 
   auto arm_read_timer = [&] {
     const MonoTime now = clock_.Now();
@@ -589,6 +592,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
                           options_.api_key, body);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
+    request_sent = !ec;
     parser = std::make_shared<DecodeParser>(options_);
     parser->body_limit(boost::none);  // a stream; SseReader bounds each event
     leg.io().buffer.clear();
@@ -719,6 +723,10 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                               BreakerClass::kStream, 502,
                               "stream ended before the [DONE] terminator", true);
   }
+  // Nobody took the handoff when the request never reached the consumer, or
+  // the consumer refused it with an error status before streaming (before
+  // admission): the producer still pins its blocks.
+  out.handoff_left_with_producer = !request_sent || (status != 0 && status != 200);
   co_return out;
 }
 

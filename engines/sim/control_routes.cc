@@ -23,8 +23,11 @@ void Error(httplib::Response& res, int status, std::string message) {
                   "application/json");
 }
 
-void HandlePull(EngineState& state, const httplib::Request& req,
-                httplib::Response& res) {
+// POST /sim/kv/pull (a consumer reads the blocks) and POST /sim/kv/release
+// (a consumer that refused the request carrying the handoff before admission
+// tells the producer to free them).
+void HandleKvEnd(EngineState& state, const httplib::Request& req,
+                 httplib::Response& res, bool release) {
   const nlohmann::json body = ParseJson(req.body);
   if (!body.is_object() || !body.contains("remote_request_id") ||
       !body["remote_request_id"].is_string()) {
@@ -50,7 +53,13 @@ void HandlePull(EngineState& state, const httplib::Request& req,
                             ? body["consumer_request_id"].get<std::string>()
                             : "";
   consumer.peer = absl::StrCat(req.remote_addr, ":", req.remote_port);
-  const PullResult result = state.kv.Pull(id, std::move(consumer));
+  const std::string by = consumer.engine_id;
+  const PullResult result = release ? state.kv.Release(id, std::move(consumer))
+                                    : state.kv.Pull(id, std::move(consumer));
+  if (release && result.outcome == PullOutcome::kOk) {
+    state.log.Info(absl::StrCat("handoff ", id, " released by ", by,
+                                " (refused before admission)"));
+  }
   switch (result.outcome) {
     case PullOutcome::kOk: {
       nlohmann::json blocks = nlohmann::json::array();
@@ -63,6 +72,9 @@ void HandlePull(EngineState& state, const httplib::Request& req,
     }
     case PullOutcome::kConsumed:
       Error(res, 409, absl::StrCat("handoff ", id, " was already consumed"));
+      return;
+    case PullOutcome::kReleased:
+      Error(res, 409, absl::StrCat("handoff ", id, " was already released"));
       return;
     case PullOutcome::kExpired:
       state.log.Warning(absl::StrCat("pull of expired handoff ", id));
@@ -116,7 +128,11 @@ void AddControlRoutes(httplib::Server& server, EngineState& state) {
   });
   server.Post("/sim/kv/pull", [&state](const httplib::Request& req,
                                        httplib::Response& res) {
-    HandlePull(state, req, res);
+    HandleKvEnd(state, req, res, /*release=*/false);
+  });
+  server.Post("/sim/kv/release", [&state](const httplib::Request& req,
+                                          httplib::Response& res) {
+    HandleKvEnd(state, req, res, /*release=*/true);
   });
   server.Get("/sim/info", [&state](const httplib::Request&,
                                    httplib::Response& res) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engines/peer_socket.h"
 #include "engines/sim/generation.h"
+#include "engines/sim/kv_pull.h"
 #include "engines/json_limits.h"
 #include "engines/sim/openai_request.h"
 #include "engines/sim/recording.h"
@@ -31,6 +32,37 @@ std::string RequestIdOf(const httplib::Request& req) {
   return RandomHex(32);
 }
 
+constexpr absl::Duration kNotifyTimeout = absl::Seconds(2);
+
+// A request refused before admission that carried a complete consumer
+// descriptor: the producer is told to free the handoff before the refusal
+// is answered (vLLM's _with_kv_transfer_rejection_cleanup notifies the
+// connector; doing it first keeps the simulator deterministic).
+void NotifyProducerOfRejection(EngineState& state, const KvParams& kv,
+                               const std::string& request_id, int status) {
+  if (kv.kind != KvParams::Kind::kConsumer) return;
+  const PullReply reply =
+      NotifyRejected(kv, state.options.engine_id, request_id, kNotifyTimeout);
+  if (reply.ok) {
+    state.log.Info(absl::StrCat("refused request ", request_id, " (", status,
+                                ") before admission; producer ",
+                                kv.remote_engine_id, " freed handoff ",
+                                kv.remote_request_id));
+  } else {
+    state.log.Warning(absl::StrCat(
+        "refused request ", request_id, " (", status,
+        ") before admission; telling producer ", kv.remote_engine_id,
+        " to free handoff ", kv.remote_request_id, " failed: ", reply.detail));
+  }
+}
+
+// The descriptor of a body that failed validation, when it has one.
+KvParams KvParamsOf(const std::string& body) {
+  const nlohmann::json parsed = ParseJson(body);
+  if (!parsed.is_object()) return KvParams{};
+  return ParseKvParams(parsed.value("kv_transfer_params", nlohmann::json()));
+}
+
 void AnswerError(EngineState& state, uint64_t seq, const ApiError& error,
                  RequestEnd end, httplib::Response& res) {
   res.status = error.status;
@@ -53,6 +85,8 @@ void HandleInference(EngineState& state, Api api, const httplib::Request& req,
       ParseInferenceRequest(api, req.get_header_value("Content-Type"), req.body,
                             state.options.model, state.options.max_model_len);
   if (parsed.error.has_value()) {
+    NotifyProducerOfRejection(state, KvParamsOf(req.body), request_id,
+                              parsed.error->status);
     AnswerError(state, seq, *parsed.error, RequestEnd::kError, res);
     return;
   }
@@ -105,6 +139,7 @@ void HandleInference(EngineState& state, Api api, const httplib::Request& req,
                    fault->type.empty() ? ErrorTypeForStatus(fault->status)
                                        : fault->type,
                    message, std::nullopt};
+    NotifyProducerOfRejection(state, request.kv, request_id, fault->status);
     AnswerError(state, seq, error, RequestEnd::kFault, res);
     return;
   }

@@ -19,13 +19,10 @@ bool SameBlocks(const nlohmann::json& sent, const nlohmann::json& held) {
   return held.is_array() && held.size() == 1 && sent == held[0];
 }
 
-}  // namespace
-
-PullReply PullHandoff(const KvParams& params,
-                      const std::string& consumer_engine_id,
-                      const std::string& consumer_request_id,
-                      absl::Duration timeout) {
-  PullReply reply;
+httplib::Result Post(const KvParams& params, const std::string& path,
+                     const std::string& consumer_engine_id,
+                     const std::string& consumer_request_id,
+                     absl::Duration timeout) {
   httplib::Client client(params.remote_host, params.remote_port);
   const auto limit = absl::ToChronoMicroseconds(timeout);
   client.set_connection_timeout(limit);
@@ -35,8 +32,37 @@ PullReply PullHandoff(const KvParams& params,
                                {"remote_request_id", params.remote_request_id},
                                {"consumer_engine_id", consumer_engine_id},
                                {"consumer_request_id", consumer_request_id}};
-  httplib::Result result =
-      client.Post("/sim/kv/pull", Dump(body), "application/json");
+  return client.Post(path, Dump(body), "application/json");
+}
+
+}  // namespace
+
+PullReply NotifyRejected(const KvParams& params,
+                         const std::string& consumer_engine_id,
+                         const std::string& consumer_request_id,
+                         absl::Duration timeout) {
+  PullReply reply;
+  httplib::Result result = Post(params, "/sim/kv/release", consumer_engine_id,
+                                consumer_request_id, timeout);
+  if (!result) {
+    reply.detail = absl::StrCat("producer ", params.remote_host, ":",
+                                params.remote_port, " unreachable (",
+                                httplib::to_string(result.error()), ")");
+    return reply;
+  }
+  reply.status = result->status;
+  reply.ok = result->status == 200;
+  if (!reply.ok) reply.detail = absl::StrCat("producer answered ", result->status);
+  return reply;
+}
+
+PullReply PullHandoff(const KvParams& params,
+                      const std::string& consumer_engine_id,
+                      const std::string& consumer_request_id,
+                      absl::Duration timeout) {
+  PullReply reply;
+  httplib::Result result = Post(params, "/sim/kv/pull", consumer_engine_id,
+                                consumer_request_id, timeout);
   if (!result) {
     reply.detail = absl::StrCat("producer ", params.remote_host, ":",
                                 params.remote_port, " unreachable (",

@@ -6,7 +6,8 @@
 // "consumer_engine_id", "consumer_request_id"}. The producer answers 200
 // {"remote_request_id", "remote_block_ids", "remote_num_tokens"} and marks
 // the entry consumed; 404 unknown (or another engine id), 409 already
-// consumed, 410 expired.
+// consumed or released, 410 expired. POST /sim/kv/release takes the same body
+// and answers the same way (200 {"remote_request_id", ...}: freed).
 #ifndef NARWHAL_ENGINES_SIM_KV_PULL_H_
 #define NARWHAL_ENGINES_SIM_KV_PULL_H_
 
@@ -31,6 +32,15 @@ PullReply PullHandoff(const KvParams& params,
                       const std::string& consumer_engine_id,
                       const std::string& consumer_request_id,
                       absl::Duration timeout);
+
+// The consumer refused the request carrying `params` before admission: tells
+// the producer to free the handoff (POST /sim/kv/release, same body as a
+// pull), as vLLM's notify_kv_transfer_request_rejected makes the NIXL
+// connector do. ok when the producer answered 200.
+PullReply NotifyRejected(const KvParams& params,
+                         const std::string& consumer_engine_id,
+                         const std::string& consumer_request_id,
+                         absl::Duration timeout);
 
 }  // namespace narwhal::sim
 

@@ -7,6 +7,7 @@ namespace narwhal::sim {
 nlohmann::json KvEntry::ToJson() const {
   const char* state_name = state == KvState::kHeld       ? "held"
                            : state == KvState::kConsumed ? "consumed"
+                           : state == KvState::kReleased ? "released"
                                                          : "expired";
   nlohmann::json json = {{"state", state_name},
                          {"remote_request_id", remote_request_id},
@@ -15,8 +16,8 @@ nlohmann::json KvEntry::ToJson() const {
                          {"created_at", created_at},
                          {"expires_at", expires_at}};
   json["remote_block_ids"].push_back(block_ids);
-  if (state == KvState::kConsumed) {
-    json["consumed_at"] = ended_at;
+  if (state == KvState::kConsumed || state == KvState::kReleased) {
+    json[state == KvState::kConsumed ? "consumed_at" : "released_at"] = ended_at;
     json["consumer"] = {{"engine_id", consumer.engine_id},
                         {"request_id", consumer.request_id},
                         {"peer", consumer.peer}};
@@ -65,21 +66,37 @@ PullResult KvStore::Pull(absl::string_view remote_request_id,
   const double now = clock_();
   absl::MutexLock lock(&mu_);
   ExpireDueLocked(now);
+  return EndLocked(remote_request_id, std::move(consumer), KvState::kConsumed, now);
+}
+
+PullResult KvStore::Release(absl::string_view remote_request_id,
+                            KvConsumer consumer) {
+  const double now = clock_();
+  absl::MutexLock lock(&mu_);
+  ExpireDueLocked(now);
+  return EndLocked(remote_request_id, std::move(consumer), KvState::kReleased, now);
+}
+
+PullResult KvStore::EndLocked(absl::string_view remote_request_id,
+                              KvConsumer consumer, KvState to, double now) {
   PullResult result;
   auto it = held_.find(std::string(remote_request_id));
   if (it != held_.end()) {
     KvEntry entry = std::move(it->second);
     held_.erase(it);
-    entry.state = KvState::kConsumed;
+    entry.state = to;
     entry.ended_at = now;
     entry.consumer = std::move(consumer);
-    Remember(&consumed_, entry);
+    Remember(to == KvState::kConsumed ? &consumed_ : &released_, entry);
     result.outcome = PullOutcome::kOk;
     result.entry = std::move(entry);
     return result;
   }
   if (const KvEntry* entry = Find(consumed_, remote_request_id)) {
     result.outcome = PullOutcome::kConsumed;
+    result.entry = *entry;
+  } else if (const KvEntry* entry = Find(released_, remote_request_id)) {
+    result.outcome = PullOutcome::kReleased;
     result.entry = *entry;
   } else if (const KvEntry* entry = Find(expired_, remote_request_id)) {
     result.outcome = PullOutcome::kExpired;
@@ -108,6 +125,7 @@ nlohmann::json KvStore::ToJson() {
   ExpireDueLocked(now);
   nlohmann::json json = {{"held", nlohmann::json::array()},
                          {"consumed", nlohmann::json::array()},
+                         {"released", nlohmann::json::array()},
                          {"expired", nlohmann::json::array()}};
   for (const auto& [expires_at, id] : order_) {
     auto it = held_.find(id);
@@ -117,6 +135,9 @@ nlohmann::json KvStore::ToJson() {
   }
   for (const KvEntry& entry : consumed_) {
     json["consumed"].push_back(entry.ToJson());
+  }
+  for (const KvEntry& entry : released_) {
+    json["released"].push_back(entry.ToJson());
   }
   for (const KvEntry& entry : expired_) {
     json["expired"].push_back(entry.ToJson());

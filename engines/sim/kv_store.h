@@ -1,11 +1,13 @@
 // A producer's KV handoffs: blocks held under a lease until a consumer pulls
 // them or the lease runs out. Pure logic with an injectable clock.
 //
-// Lifecycle of an entry: Hold() -> held; Pull() -> consumed (once); a held
-// entry whose lease ran out becomes expired (checked on every call, so no
-// timer thread is needed). The most recent kHistory consumed and expired
-// entries are remembered so that a late pull gets 409 or 410 rather than
-// "unknown". Thread-safe.
+// Lifecycle of an entry: Hold() -> held; Pull() -> consumed (once);
+// Release() -> released (a consumer refused the request carrying it before
+// admission and notified the producer, as vLLM's
+// notify_kv_transfer_request_rejected does); a held entry whose lease ran out
+// becomes expired (checked on every call, so no timer thread is needed). The
+// most recent kHistory consumed, released and expired entries are remembered
+// so that a late pull gets 409 or 410 rather than "unknown". Thread-safe.
 #ifndef NARWHAL_ENGINES_SIM_KV_STORE_H_
 #define NARWHAL_ENGINES_SIM_KV_STORE_H_
 
@@ -31,7 +33,7 @@ struct KvConsumer {
   std::string peer;  // the consumer's address as the producer saw it
 };
 
-enum class KvState { kHeld, kConsumed, kExpired };
+enum class KvState { kHeld, kConsumed, kExpired, kReleased };
 
 struct KvEntry {
   KvState state = KvState::kHeld;
@@ -40,17 +42,18 @@ struct KvEntry {
   int num_tokens = 0;
   double created_at = 0;  // unix seconds
   double expires_at = 0;
-  double ended_at = 0;  // consumed or expired at; 0 while held
-  KvConsumer consumer;  // set once consumed
+  double ended_at = 0;  // consumed, released or expired at; 0 while held
+  KvConsumer consumer;  // set once consumed or released
 
   // {"state": "held"|"consumed"|"expired", "remote_request_id",
   //  "remote_block_ids": [[...]], "remote_num_tokens", "created_at",
   //  "expires_at"} plus "consumed_at" and "consumer" {engine_id, request_id,
-  //  peer} for a consumed entry, or "expired_at" for an expired one.
+  //  peer} for a consumed entry, "released_at" and "consumer" for a released
+  //  one, or "expired_at" for an expired one.
   nlohmann::json ToJson() const;
 };
 
-enum class PullOutcome { kOk, kUnknown, kConsumed, kExpired };
+enum class PullOutcome { kOk, kUnknown, kConsumed, kExpired, kReleased };
 
 struct PullResult {
   PullOutcome outcome = PullOutcome::kUnknown;
@@ -76,15 +79,22 @@ class KvStore {
   // Consumes the entry. kUnknown when never held (or forgotten), kConsumed
   // when pulled before, kExpired when its lease ran out.
   PullResult Pull(absl::string_view remote_request_id, KvConsumer consumer);
+  // Frees the entry without a transfer (the consumer that refused it names
+  // itself in `consumer`). Outcomes as Pull's; kReleased when released
+  // before.
+  PullResult Release(absl::string_view remote_request_id, KvConsumer consumer);
 
   // Handoffs that expired so far (vllm:nixl_num_kv_expired_reqs_total).
   uint64_t expired_total();
   size_t held_count();
 
-  // {"held": [...], "consumed": [...], "expired": [...]}, oldest first.
+  // {"held": [...], "consumed": [...], "released": [...], "expired": [...]},
+  // oldest first.
   nlohmann::json ToJson();
 
  private:
+  PullResult EndLocked(absl::string_view id, KvConsumer consumer, KvState to, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireDueLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(const std::string& id, double now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -100,6 +110,7 @@ class KvStore {
   // ids no longer held are skipped.
   std::deque<std::pair<double, std::string>> order_ ABSL_GUARDED_BY(mu_);
   std::deque<KvEntry> consumed_ ABSL_GUARDED_BY(mu_);
+  std::deque<KvEntry> released_ ABSL_GUARDED_BY(mu_);
   std::deque<KvEntry> expired_ ABSL_GUARDED_BY(mu_);
   uint64_t expired_total_ ABSL_GUARDED_BY(mu_) = 0;
   int next_block_ ABSL_GUARDED_BY(mu_) = 1;

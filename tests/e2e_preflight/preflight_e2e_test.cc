@@ -178,7 +178,7 @@ class PreflightE2eTest : public ::testing::Test {
     return json::object();
   }
 
-  // Handoffs a producer has issued (held, consumed or expired).
+  // Handoffs a producer has issued (held, consumed, released or expired).
   static int Handoffs(SimProcess& sim) {
     auto kv = sim.Kv();
     if (!kv.ok()) {
@@ -186,7 +186,7 @@ class PreflightE2eTest : public ::testing::Test {
       return -1;
     }
     return static_cast<int>((*kv)["held"].size() + (*kv)["consumed"].size() +
-                            (*kv)["expired"].size());
+                            (*kv)["released"].size() + (*kv)["expired"].size());
   }
 
   std::string dir_;

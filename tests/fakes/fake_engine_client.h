@@ -202,6 +202,11 @@ struct DecodeStep {
   std::optional<engines::EngineFailure> failure;
   bool evidence_is_producer = false;  // B3: evidence counts against the producer
   bool block_until_cancelled = false;
+  // The failure leaves the handoff with its producer (the consumer refused
+  // it before admission, or never got it): DecodeOutcome's flag. A leg that
+  // finds its cancel token fired or its deadline passed at the start sets
+  // it by itself, like the HTTP adapter.
+  bool left_with_producer = false;
   std::function<void()> on_start;
 
   // Each payload after `latency`, then [DONE].
@@ -433,7 +438,10 @@ class FakeEngineClient : public engines::AsyncEngineClient {
 
     engines::DecodeOutcome out;
     int delivered = 0;
+    const bool unsent =
+        Cancelled(options) || (clock_ != nullptr && clock_->Now() >= options.request_deadline);
     out.failure = co_await RunDecode(step, consumer, handoff, options, observer, &delivered);
+    out.handoff_left_with_producer = out.failure && (unsent || step.left_with_producer);
     {
       std::lock_guard<std::mutex> lock(mu_);
       DecodeCall& call = decode_calls_[index];

@@ -132,6 +132,9 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.recovery.engine_restart_policy, b.recovery.engine_restart_policy);
   EXPECT_EQ(a.handoff.remote_host, b.handoff.remote_host);
   EXPECT_EQ(a.handoff.lease_s, b.handoff.lease_s);
+  EXPECT_EQ(a.handoff.release, b.handoff.release);
+  EXPECT_EQ(a.handoff.release_max_inflight, b.handoff.release_max_inflight);
+  EXPECT_EQ(a.handoff.release_timeout_s, b.handoff.release_timeout_s);
 }
 
 // Removes annotation keys ("_...") at every level.
@@ -170,6 +173,9 @@ TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
   EXPECT_EQ(s.serving.handoff_timeout_s, 24.0);  // 80% of handoff.lease_s
   EXPECT_EQ(s.handoff.lease_s, 30.0);
   EXPECT_EQ(s.handoff.remote_host, "pass");
+  EXPECT_EQ(s.handoff.release, "pull");
+  EXPECT_EQ(s.handoff.release_max_inflight, 16);
+  EXPECT_EQ(s.handoff.release_timeout_s, 5.0);
   EXPECT_EQ(s.engines[0].kv_engine_id, "");
   EXPECT_EQ(s.serving.retry_budget, 10.0);
   EXPECT_EQ(s.serving.retry_replenish, 0.1);
@@ -291,6 +297,19 @@ TEST(ConfigHandoff, AgeLimitIsBelowTheLease) {
   config["serving"]["handoff_timeout_s"] = 45;
   EXPECT_EQ(MustParse(config).serving.handoff_timeout_s, 45.0);
   EXPECT_CONTAINS(ErrorOf(With("handoff", "lease_s", 0)), "handoff.lease_s");
+}
+
+TEST(ConfigHandoff, ReleaseMechanismAndBounds) {
+  for (const char* mode : {"pull", "reject", "off"}) {
+    EXPECT_EQ(MustParse(With("handoff", "release", mode)).handoff.release, mode);
+  }
+  EXPECT_CONTAINS(ErrorOf(With("handoff", "release", "abort")), "handoff.release");
+  EXPECT_EQ(MustParse(With("handoff", "release_max_inflight", 4)).handoff.release_max_inflight, 4);
+  EXPECT_CONTAINS(ErrorOf(With("handoff", "release_max_inflight", 0)),
+                  "handoff.release_max_inflight");
+  EXPECT_EQ(MustParse(With("handoff", "release_timeout_s", 0.5)).handoff.release_timeout_s, 0.5);
+  EXPECT_CONTAINS(ErrorOf(With("handoff", "release_timeout_s", 0)), "handoff.release_timeout_s");
+  EXPECT_CONTAINS(ErrorOf(With("handoff", "release_timeout_s", 61)), "handoff.release_timeout_s");
 }
 
 TEST(ConfigHandoff, RemoteHostPolicyAndEngineIds) {

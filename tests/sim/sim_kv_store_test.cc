@@ -56,6 +56,29 @@ TEST_F(SimKvStoreTest, PullConsumesOnce) {
   EXPECT_EQ(store_.expired_total(), 0u);
 }
 
+TEST_F(SimKvStoreTest, ReleaseFreesWithoutATransferOnce) {
+  store_.Hold("cmpl-r-1234abcd", 20);
+  store_.Hold("cmpl-k-1234abcd", 20);
+  now_ += 2;
+  PullResult released = store_.Release("cmpl-r-1234abcd", {"d0", "cmpl-z", "1.2.3.4:5"});
+  EXPECT_EQ(released.outcome, PullOutcome::kOk);
+  EXPECT_EQ(store_.held_count(), 1u);  // only the named handoff
+  EXPECT_EQ(store_.Release("cmpl-r-1234abcd", {}).outcome, PullOutcome::kReleased);
+  EXPECT_EQ(store_.Pull("cmpl-r-1234abcd", {}).outcome, PullOutcome::kReleased);
+  EXPECT_EQ(store_.Release("nope", {}).outcome, PullOutcome::kUnknown);
+
+  const nlohmann::json json = store_.ToJson();
+  ASSERT_EQ(json["released"].size(), 1u);
+  EXPECT_EQ(json["released"][0]["state"], "released");
+  EXPECT_EQ(json["released"][0]["consumer"]["engine_id"], "d0");
+  EXPECT_DOUBLE_EQ(json["released"][0]["released_at"].get<double>(), 1002.0);
+  EXPECT_TRUE(json["consumed"].empty());
+  // A released handoff never expires later.
+  now_ += 60;
+  EXPECT_EQ(store_.expired_total(), 1u);  // the other one
+  EXPECT_EQ(store_.ToJson()["released"].size(), 1u);
+}
+
 TEST_F(SimKvStoreTest, UnknownIdsAreUnknown) {
   EXPECT_EQ(store_.Pull("nope", {}).outcome, PullOutcome::kUnknown);
 }
