@@ -107,6 +107,7 @@ Metrics::Metrics(prometheus::Registry& r)
       engine_inflight(prometheus::BuildGauge()
                           .Name("narwhal_engine_inflight")
                           .Help("Legs running on an engine, by phase.")
-                          .Register(r)) {}
+                          .Register(r)),
+      placement(r) {}
 
 }  // namespace narwhal::router

@@ -8,6 +8,7 @@
 
 #include "engines/sim/fault_rules.h"
 #include "engines/sim/kv_store.h"
+#include "engines/sim/prefix_cache.h"
 #include "engines/sim/request_log.h"
 #include "engines/sim/sim_log.h"
 #include "engines/sim/sim_options.h"
@@ -34,6 +35,7 @@ struct EngineState {
   FaultBook faults;
   KvStore kv;
   RequestLog requests;
+  PrefixCache prefix_cache;
   // Notified once when the engine stops: every wait ends.
   StopSignal stopping;
   // Inference requests in progress (vllm:num_requests_running).
