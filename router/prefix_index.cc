@@ -48,19 +48,61 @@ PromptKey PrefixIndex::Key(std::string_view text) {
 }
 
 size_t PrefixIndex::Match(const PromptKey& key) const {
-  size_t n = 0;
-  while (n < key.chunks.size() && map_.count(key.chunks[n]) != 0) ++n;
-  return n;
+  // The longest present prefix: chunks [0, lo) present, [hi, n) absent.
+  size_t lo = 0;
+  size_t hi = key.chunks.size();
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (map_.contains(key.chunks[mid])) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+void PrefixIndex::Unlink(uint32_t s) {
+  Slot& slot = slots_[s];
+  if (slot.prev != kNone) slots_[slot.prev].next = slot.next;
+  if (slot.next != kNone) slots_[slot.next].prev = slot.prev;
+  if (head_ == s) head_ = slot.next;
+  if (tail_ == s) tail_ = slot.prev;
+  slot.prev = slot.next = kNone;
+}
+
+void PrefixIndex::PushFront(uint32_t s) {
+  Slot& slot = slots_[s];
+  slot.prev = kNone;
+  slot.next = head_;
+  if (head_ != kNone) slots_[head_].prev = s;
+  head_ = s;
+  if (tail_ == kNone) tail_ = s;
 }
 
 void PrefixIndex::Touch(uint64_t hash) {
-  auto it = map_.find(hash);
-  if (it != map_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
+  auto [it, inserted] = map_.try_emplace(hash, kNone);
+  if (!inserted) {
+    if (it->second != head_) {
+      Unlink(it->second);
+      PushFront(it->second);
+    }
     return;
   }
-  lru_.push_front(hash);
-  map_.emplace(hash, lru_.begin());
+  uint32_t s;
+  if (slots_.size() < capacity_) {
+    s = static_cast<uint32_t>(slots_.size());
+    slots_.push_back(Slot{});
+  } else {
+    // Full: the least recently used entry's slot is reused.
+    s = tail_;
+    Unlink(s);
+    map_.erase(slots_[s].hash);
+    it = map_.find(hash);  // erase may move elements of a flat map
+  }
+  slots_[s].hash = hash;
+  it->second = s;
+  PushFront(s);
 }
 
 void PrefixIndex::Insert(const PromptKey& key) {
@@ -68,15 +110,12 @@ void PrefixIndex::Insert(const PromptKey& key) {
   // Last chunk first, so the prompt's first chunks end up most recent: when
   // the index is full, a prefix loses its tail before its head.
   for (auto it = key.chunks.rbegin(); it != key.chunks.rend(); ++it) Touch(*it);
-  while (map_.size() > capacity_) {
-    map_.erase(lru_.back());
-    lru_.pop_back();
-  }
 }
 
 void PrefixIndex::Clear() {
-  lru_.clear();
+  slots_.clear();
   map_.clear();
+  head_ = tail_ = kNone;
 }
 
 std::string PromptText(engines::Api api, const nlohmann::json& body) {

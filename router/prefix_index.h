@@ -12,13 +12,13 @@
 #ifndef NARWHAL_ROUTER_PREFIX_INDEX_H_
 #define NARWHAL_ROUTER_PREFIX_INDEX_H_
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "engines/api.h"
@@ -34,8 +34,9 @@ struct PromptKey {
 
 class PrefixIndex {
  public:
-  // Bytes of rendered prompt per chunk (about 16 tokens, vLLM's block size).
-  static constexpr size_t kChunkBytes = 64;
+  // Bytes of rendered prompt per chunk (about 64 tokens: coarse enough that
+  // indexing a prompt stays cheap, fine enough for placement).
+  static constexpr size_t kChunkBytes = 256;
   // Chunks hashed per prompt at most (256 KiB of text); a longer prompt's
   // tail is not indexed.
   static constexpr size_t kMaxChunks = 4096;
@@ -46,6 +47,9 @@ class PrefixIndex {
   static PromptKey Key(std::string_view text);
 
   // How many leading chunks of `key` are in the index (0 .. key.chunks.size()).
+  // A binary search: a chunk is never more recent than the chunks before it
+  // (Insert touches a prompt's chunks last to first), so LRU eviction keeps
+  // every indexed prefix whole.
   size_t Match(const PromptKey& key) const;
   // Records `key`'s chunks as most recently used, evicting beyond capacity.
   void Insert(const PromptKey& key);
@@ -56,11 +60,22 @@ class PrefixIndex {
   size_t capacity() const { return capacity_; }
 
  private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  // One entry of the recency list, kept in slots_ (no allocation per entry).
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t prev = kNone;  // towards the most recent
+    uint32_t next = kNone;  // towards the least recent
+  };
   void Touch(uint64_t hash);
+  void Unlink(uint32_t s);
+  void PushFront(uint32_t s);
 
   size_t capacity_;
-  std::list<uint64_t> lru_;  // front: most recently used
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> map_;
+  std::vector<Slot> slots_;
+  uint32_t head_ = kNone;                        // most recently used
+  uint32_t tail_ = kNone;                        // least recently used
+  absl::flat_hash_map<uint64_t, uint32_t> map_;  // chunk hash -> slot
 };
 
 // The text a prompt is indexed by: a completions `prompt` (a string, one

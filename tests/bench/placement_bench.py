@@ -199,7 +199,9 @@ def main():
                                  "role": "prefill" if iid[0] == "p" else "decode"}
                                 for iid in ("p0", "p1", "d0", "d1")],
                     "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30},
-                    "placement": {"prefill": policy, "index_chunks": args.cache_blocks},
+                    # A router chunk is 4 of the sim's blocks (256 vs 64 bytes).
+                    "placement": {"prefill": policy,
+                                  "index_chunks": max(1, args.cache_blocks // 4)},
                 }
                 cfg = os.path.join(work, "fleet-%s-%s.json" % (kind, policy))
                 json.dump(fleet, open(cfg, "w"))

@@ -56,8 +56,10 @@ RunResult RunPolicy(const std::string& policy) {
       FleetConfig({{"p0", sims["p0"]->url(), "prefill"},
                    {"p1", sims["p1"]->url(), "prefill"},
                    {"d0", sims["d0"]->url(), "decode"}},
-                  {{"placement", {{"prefill", policy}, {"index_chunks", kCacheBlocks}}}});
-  auto serve = ServeProcess::Start({.config = config});
+                  {{"placement", {{"prefill", policy}, {"index_chunks", kCacheBlocks / 4}}}});
+  ServeOptions options;
+  options.config = config;
+  auto serve = ServeProcess::Start(std::move(options));
   EXPECT_TRUE(serve.ok()) << serve.status();
   if (!serve.ok()) return result;
   // One request at a time: the same placement inputs in every run.
@@ -95,8 +97,8 @@ RunResult RunPolicy(const std::string& policy) {
 }
 
 TEST(ServePlacementTest, CacheAwarePlacementRaisesProducerCacheHits) {
-  const RunResult least = RunPolicy("least_loaded");
-  const RunResult aware = RunPolicy("cache_aware");
+  RunResult least = RunPolicy("least_loaded");
+  RunResult aware = RunPolicy("cache_aware");
   ASSERT_GT(least.prompt_tokens, 0);
   ASSERT_EQ(least.prompt_tokens, aware.prompt_tokens);  // the same prompts
   const double least_rate = static_cast<double>(least.cached_tokens) / least.prompt_tokens;
@@ -109,7 +111,7 @@ TEST(ServePlacementTest, CacheAwarePlacementRaisesProducerCacheHits) {
       << "least_loaded " << least_rate << ", cache_aware " << aware_rate;
   EXPECT_GT(aware_rate, 0.7);
   // The journal and metrics say why.
-  EXPECT_EQ(least.reasons.at("least_loaded"), kRequests);
+  EXPECT_EQ(least.reasons["least_loaded"], kRequests);
   EXPECT_EQ(least.matched_bytes, 0);
   EXPECT_GE(aware.reasons["prefix_match"], kRequests - 2 * kSystems);
   EXPECT_GT(aware.matched_bytes, 0);
