@@ -101,7 +101,8 @@ Generation::Prelude Generation::RunPrelude() {
       state_.prefix_cache.LookupAndStore(request_.prompt, request_.prompt_tokens);
   const double prefill_ms = state_.options.prefill_ms_per_1k_tokens *
                             (request_.prompt_tokens - cached_tokens_) / 1000.0;
-  const WaitEnd how = waiter_.Sleep(Millis(prefill_ms));
+  const WaitEnd how =
+      waiter_.Sleep(state_.prefill_lanes.Book(absl::Now(), Millis(prefill_ms)));
   if (how != WaitEnd::kElapsed) return interrupted(how);
   return Prelude::kReady;
 }

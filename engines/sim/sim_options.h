@@ -59,6 +59,9 @@ struct SimOptions {
   // prompt's prefill latency counts only its uncached tokens and usage
   // carries prompt_tokens_details.cached_tokens.
   int prefix_cache_blocks = 0;
+  // Prefills computed at once (engines/sim/prefill_lanes.h); 0 = unlimited.
+  // With N, a prefill waits for one of N lanes, so prefill latency queues.
+  int prefill_lanes = 0;
   // When non-empty, /v1/* requires "Authorization: Bearer <api_key>".
   std::string api_key;
 };

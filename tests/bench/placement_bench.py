@@ -182,7 +182,8 @@ def main():
                    "--role", role, "--token-interval-ms", "2", "--threads", "256",
                    "--prefill-ms-per-1k-tokens", str(args.prefill_ms_per_1k)]
             if role == "prefill":
-                cmd += ["--prefix-cache-blocks", str(args.cache_blocks)]
+                # One prefill computed at a time: prefill work queues.
+                cmd += ["--prefix-cache-blocks", str(args.cache_blocks), "--prefill-lanes", "1"]
             proc, m = start(cmd, os.path.join(work, iid + ".out"), os.path.join(work, iid + ".err"),
                             r"ready port=(\d+)")
             procs.append(proc)

@@ -1,9 +1,10 @@
 // The simulator's prefix cache (engines/sim/prefix_cache): block matching,
-// LRU capacity, the cached-token count and its counters.
+// LRU capacity, the cached-token count and its counters; the prefill lanes.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "engines/sim/prefill_lanes.h"
 #include "engines/sim/prefix_cache.h"
 
 namespace narwhal::sim {
@@ -72,6 +73,27 @@ TEST(SimPrefixCacheTest, DeterministicAcrossInstances) {
   two.LookupAndStore(a, Tokens(a));
   EXPECT_EQ(one.LookupAndStore(a, Tokens(a)), two.LookupAndStore(a, Tokens(a)));
   EXPECT_EQ(one.Stats().dump(), two.Stats().dump());
+}
+
+}  // namespace
+}  // namespace narwhal::sim
+
+namespace narwhal::sim {
+namespace {
+
+TEST(SimPrefillLanesTest, PrefillsQueueForTheirLanes) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  PrefillLanes unlimited(0);
+  EXPECT_EQ(unlimited.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
+  EXPECT_EQ(unlimited.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
+  PrefillLanes one(1);
+  EXPECT_EQ(one.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
+  EXPECT_EQ(one.Book(t0, absl::Milliseconds(10)), absl::Milliseconds(40));  // waits for the first
+  EXPECT_EQ(one.Book(t0 + absl::Milliseconds(100), absl::Milliseconds(5)), absl::Milliseconds(5));
+  PrefillLanes two(2);
+  EXPECT_EQ(two.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
+  EXPECT_EQ(two.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
+  EXPECT_EQ(two.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(60));
 }
 
 }  // namespace
