@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "router/log.h"
 #include "router/placement.h"
 
 namespace narwhal::router {
@@ -32,6 +33,8 @@ Fleet::Reservation& Fleet::Reservation::operator=(Reservation&& other) noexcept 
     fleet_ = other.fleet_;
     index_ = other.index_;
     phase_ = other.phase_;
+    reserved_ = other.reserved_;
+    reason_ = other.reason_;
     target_ = std::move(other.target_);
     other.fleet_ = nullptr;
   }
@@ -40,7 +43,7 @@ Fleet::Reservation& Fleet::Reservation::operator=(Reservation&& other) noexcept 
 
 void Fleet::Reservation::Release() {
   if (fleet_ == nullptr) return;
-  fleet_->ReleaseSlot(index_, phase_);
+  fleet_->ReleaseSlot(index_, phase_, reserved_);
   fleet_ = nullptr;
 }
 
@@ -53,7 +56,13 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
       events_(events),
       book_(settings.engines, settings.recovery, settings.engine_contract.has_value()),
       gauges_(settings.engines.size()),
-      inflight_(settings.engines.size(), {0, 0}) {
+      inflight_(settings.engines.size(), {0, 0}),
+      reserved_(settings.engines.size(), 0) {
+  indexes_.reserve(settings.engines.size());
+  for (const EngineSettings& e : settings.engines) {
+    const bool indexed = settings.placement.cache_aware() && CanPrefill(e.role);
+    indexes_.emplace_back(indexed ? static_cast<size_t>(settings.placement.index_chunks) : 0);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < book_.size(); ++i) {
     if (metrics_ != nullptr) {
@@ -74,32 +83,125 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
   }
 }
 
-std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
-                                                        const std::vector<std::string>& excluded,
-                                                        const std::string& avoid) {
+std::vector<Candidate> Fleet::CandidatesLocked(Phase phase,
+                                               const std::vector<std::string>& excluded,
+                                               const std::string& avoid, MonoTime now) const {
   const bool prefill = phase == Phase::kPrefill;
-  const MonoTime now = clock_.Now();
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Candidate> candidates;
   candidates.reserve(book_.size());
   for (size_t i = 0; i < book_.size(); ++i) {
     const std::string& iid = book_.engine(i).settings.iid;
     if (!book_.Eligible(i, prefill, now)) continue;
     if (std::find(excluded.begin(), excluded.end(), iid) != excluded.end()) continue;
-    candidates.push_back(
-        Candidate{i, inflight_[i][PhaseIndex(phase)], !avoid.empty() && iid == avoid});
+    // Decode load: legs in flight plus legs reserved while their prefill runs.
+    const int load = prefill ? inflight_[i][0] : inflight_[i][1] + reserved_[i];
+    candidates.push_back(Candidate{i, load, !avoid.empty() && iid == avoid});
   }
-  const std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation_[PhaseIndex(phase)]++);
+  return candidates;
+}
+
+void Fleet::CountDecision(Phase phase, PlacementReason reason) {
+  if (metrics_ != nullptr) metrics_->placement.CountDecision(phase, reason);
+}
+
+std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
+                                                        const std::vector<std::string>& excluded,
+                                                        const std::string& avoid,
+                                                        const PromptKey* key,
+                                                        PlacementInfo* info) {
+  const MonoTime now = clock_.Now();
+  PlacementInfo placed;
+  Reservation r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Candidate> candidates = CandidatesLocked(phase, excluded, avoid, now);
+    const bool cache_aware =
+        phase == Phase::kPrefill && key != nullptr && settings_.placement.cache_aware();
+    std::optional<Choice> choice;
+    if (cache_aware) {
+      for (Candidate& c : candidates) {
+        c.match = indexes_[c.index].Match(*key);
+        c.indexed = indexes_[c.index].size();
+      }
+      choice = ChooseCacheAware(candidates, rotation_[PhaseIndex(phase)]++,
+                                ImbalanceLimit{settings_.placement.imbalance_abs,
+                                               settings_.placement.imbalance_rel});
+    } else if (std::optional<size_t> pos =
+                   ChooseLeastLoaded(candidates, rotation_[PhaseIndex(phase)]++)) {
+      choice = Choice{*pos, candidates[*pos].avoid ? PlacementReason::kSameWorker
+                                                   : PlacementReason::kLeastLoaded};
+    }
+    if (!choice) return std::nullopt;
+    const Candidate& chosen = candidates[choice->pos];
+    const size_t index = chosen.index;
+    placed.reason = choice->reason;
+    if (cache_aware) {
+      placed.match_bytes = std::min(chosen.match * PrefixIndex::kChunkBytes, key->text_bytes);
+      placed.prompt_bytes = key->text_bytes;
+      // Indexed when placed, so the prompts that follow it find it at once.
+      indexes_[index].Insert(*key);
+    }
+    ++inflight_[index][PhaseIndex(phase)];
+    PublishLocked(index);
+    r.fleet_ = this;
+    r.index_ = index;
+    r.phase_ = phase;
+    r.reason_ = placed.reason;
+    r.target_ = Target(index);
+  }
+  CountDecision(phase, placed.reason);
+  if (metrics_ != nullptr && placed.prompt_bytes > 0) {
+    metrics_->placement.ObserveMatchFraction(static_cast<double>(placed.match_bytes) /
+                                             static_cast<double>(placed.prompt_bytes));
+  }
+  if (info != nullptr) *info = placed;
+  return r;
+}
+
+std::optional<Fleet::Reservation> Fleet::ReserveDecode(const std::vector<std::string>& excluded,
+                                                       const std::string& avoid,
+                                                       PlacementInfo* info) {
+  const MonoTime now = clock_.Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<Candidate> candidates = CandidatesLocked(Phase::kDecode, excluded, avoid, now);
+  const std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation_[1]++);
   if (!pos) return std::nullopt;
   const size_t index = candidates[*pos].index;
-  ++inflight_[index][PhaseIndex(phase)];
-  PublishLocked(index);
+  ++reserved_[index];
   Reservation r;
   r.fleet_ = this;
   r.index_ = index;
-  r.phase_ = phase;
+  r.phase_ = Phase::kDecode;
+  r.reserved_ = true;
+  r.reason_ =
+      candidates[*pos].avoid ? PlacementReason::kSameWorker : PlacementReason::kLeastLoaded;
   r.target_ = Target(index);
+  if (info != nullptr) *info = PlacementInfo{r.reason_, 0, 0};
   return r;
+}
+
+bool Fleet::Activate(Reservation& reservation, const std::vector<std::string>& excluded) {
+  if (!reservation || !reservation.reserved_) return static_cast<bool>(reservation);
+  const MonoTime now = clock_.Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t i = reservation.index_;
+    const std::string& iid = book_.engine(i).settings.iid;
+    const bool placeable = book_.Eligible(i, false, now) &&
+                           std::find(excluded.begin(), excluded.end(), iid) == excluded.end();
+    if (placeable) {
+      --reserved_[i];
+      ++inflight_[i][1];
+      reservation.reserved_ = false;
+      PublishLocked(i);
+    }
+  }
+  if (reservation.reserved_) {
+    reservation.Release();
+    return false;
+  }
+  CountDecision(Phase::kDecode, reservation.reason_);
+  return true;
 }
 
 bool Fleet::CanPlace(Phase phase, const std::vector<std::string>& excluded) const {
@@ -113,8 +215,12 @@ bool Fleet::CanPlace(Phase phase, const std::vector<std::string>& excluded) cons
   return false;
 }
 
-void Fleet::ReleaseSlot(size_t index, Phase phase) {
+void Fleet::ReleaseSlot(size_t index, Phase phase, bool reserved) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (reserved) {
+    --reserved_[index];
+    return;
+  }
   --inflight_[index][PhaseIndex(phase)];
   PublishLocked(index);
 }
@@ -319,6 +425,8 @@ EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
   s.streak = e.streak;
   s.inflight_prefill = inflight_[i][0];
   s.inflight_decode = inflight_[i][1];
+  s.reserved_decode = reserved_[i];
+  s.prefix_index_chunks = indexes_[i].size();
   s.probe_failures = e.probe_failures;
   s.probe_running = e.probe_running;
   s.liveness_misses = e.liveness_misses;
@@ -399,7 +507,27 @@ void Fleet::PublishEvent(nlohmann::json event) {
   if (journal_ != nullptr) journal_->Write(std::move(event));
 }
 
+void Fleet::ForgetCaches(const std::vector<BreakerEvent>& events) {
+  for (const BreakerEvent& e : events) {
+    if (e.kind != "engine_ejected" && e.kind != "engine_readmitted") continue;
+    size_t forgotten = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int i = book_.Find(e.iid);
+      if (i < 0) continue;
+      forgotten = indexes_[i].size();
+      indexes_[i].Clear();
+    }
+    if (forgotten > 0) {
+      LogInfo("engine " + e.iid + ": prefix index cleared (" + std::to_string(forgotten) +
+              " entries; " + (e.kind == "engine_ejected" ? "ejected" : "readmitted") +
+              ", its cache is gone)");
+    }
+  }
+}
+
 void Fleet::Emit(const std::vector<BreakerEvent>& events) {
+  ForgetCaches(events);
   for (const BreakerEvent& e : events) {
     if (metrics_ != nullptr) {
       if (e.kind == "engine_ejected") {

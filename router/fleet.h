@@ -24,6 +24,8 @@
 #include "router/event_bus.h"
 #include "router/journal.h"
 #include "router/metrics.h"
+#include "router/placement.h"
+#include "router/prefix_index.h"
 #include "router/settings.h"
 
 namespace narwhal::router {
@@ -35,6 +37,10 @@ struct EngineSnapshot {
   std::array<int, engines::kBreakerClassCount> streak{};
   int inflight_prefill = 0;
   int inflight_decode = 0;
+  // Decode legs placed here whose prefill still runs.
+  int reserved_decode = 0;
+  // Entries of its prefix index (cache_aware placement; 0 otherwise).
+  size_t prefix_index_chunks = 0;
   // The hold keeping it out, if any: "timed" (quarantine) or "inference".
   std::string hold_kind;
   std::optional<double> hold_remaining_s;  // timed holds only
@@ -61,6 +67,13 @@ struct EngineSnapshot {
   std::string explanation;
 };
 
+// How one leg was placed (journal and metrics).
+struct PlacementInfo {
+  PlacementReason reason = PlacementReason::kLeastLoaded;
+  size_t match_bytes = 0;   // prompt bytes the producer's prefix index held
+  size_t prompt_bytes = 0;  // bytes of the prompt's rendered text
+};
+
 class Fleet {
  public:
   // `metrics`, `journal` and `events` may be null.
@@ -75,6 +88,7 @@ class Fleet {
     ~Reservation() { Release(); }
     void Release();
     const engines::EngineTarget& target() const { return target_; }
+    PlacementReason reason() const { return reason_; }
     explicit operator bool() const { return fleet_ != nullptr; }
 
    private:
@@ -82,14 +96,32 @@ class Fleet {
     Fleet* fleet_ = nullptr;
     size_t index_ = 0;
     Phase phase_ = Phase::kPrefill;
+    bool reserved_ = false;  // a decode leg whose prefill runs (ReserveDecode)
+    PlacementReason reason_ = PlacementReason::kLeastLoaded;
     engines::EngineTarget target_;
   };
 
   // Places a leg: an engine in placement for `phase`, not in `excluded`,
   // least in-flight first; `avoid` (decode: the producer, B5) only when no
   // other engine can take it. Nullopt when no engine can.
+  // Prefill with `key` under placement.prefill "cache_aware": the longest
+  // prefix match instead (ChooseCacheAware), and the prompt is indexed for
+  // the chosen producer. Decode counts reserved legs as load too. `info`,
+  // when given, says why.
   std::optional<Reservation> PickAndReserve(Phase phase, const std::vector<std::string>& excluded,
-                                            const std::string& avoid = "");
+                                            const std::string& avoid = "",
+                                            const PromptKey* key = nullptr,
+                                            PlacementInfo* info = nullptr);
+  // A decode leg placed before its prefill runs: counted as reserved on the
+  // consumer (placement load, not in flight), so a burst of prefills spreads
+  // over the consumers before any decode starts. Activate() it once the
+  // handoff exists.
+  std::optional<Reservation> ReserveDecode(const std::vector<std::string>& excluded,
+                                           const std::string& avoid, PlacementInfo* info = nullptr);
+  // Turns a ReserveDecode() reservation into an in-flight leg when its
+  // consumer is still in placement and not in `excluded`; else releases it
+  // and returns false (place the leg again).
+  bool Activate(Reservation& reservation, const std::vector<std::string>& excluded);
   // Whether a leg of `phase` could be placed outside `excluded` now.
   bool CanPlace(Phase phase, const std::vector<std::string>& excluded) const;
 
@@ -135,7 +167,13 @@ class Fleet {
   void PublishEvent(nlohmann::json event);
 
  private:
-  void ReleaseSlot(size_t index, Phase phase);
+  void ReleaseSlot(size_t index, Phase phase, bool reserved);
+  // Candidates for a leg of `phase` (mu_ held).
+  std::vector<Candidate> CandidatesLocked(Phase phase, const std::vector<std::string>& excluded,
+                                          const std::string& avoid, MonoTime now) const;
+  void CountDecision(Phase phase, PlacementReason reason);
+  // An ejected or readmitted engine's cache is gone: so is its index.
+  void ForgetCaches(const std::vector<BreakerEvent>& events);
   void PublishLocked(size_t index);  // refresh the engine's gauges
   void PublishAllLocked();
   // Metrics, journal and event bus for breaker events (called without mu_).
@@ -161,6 +199,8 @@ class Fleet {
   BreakerBook book_;
   std::vector<EngineGauges> gauges_;
   std::vector<std::array<int, 2>> inflight_;  // [engine][phase]
+  std::vector<int> reserved_;                 // [engine] decode legs placed before their prefill
+  std::vector<PrefixIndex> indexes_;          // [engine] cache_aware prefill placement
   std::array<size_t, 2> rotation_{};  // per phase, so each spreads on its own
 };
 

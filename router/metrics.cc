@@ -121,7 +121,8 @@ Metrics::Metrics(prometheus::Registry& r)
       engine_inflight(prometheus::BuildGauge()
                           .Name("narwhal_engine_inflight")
                           .Help("Legs running on an engine, by phase.")
-                          .Register(r)) {
+                          .Register(r)),
+      placement(r) {
   for (std::string_view reason : kAbandonReasonNames) {
     handoffs_abandoned_total.Add({{"reason", std::string(reason)}});
   }

@@ -13,6 +13,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "router/placement_metrics.h"
+
 namespace narwhal::router {
 
 class Metrics {
@@ -49,6 +51,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& engine_probes_total;      // {iid, kind, outcome}
   prometheus::Family<prometheus::Counter>& engine_readmissions_total;  // {iid, evidence}
   prometheus::Family<prometheus::Gauge>& engine_inflight;            // {iid, phase}
+
+  // Placement: decisions_total{phase, reason}, prefix_match_ratio
+  PlacementMetrics placement;
 };
 
 }  // namespace narwhal::router

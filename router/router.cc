@@ -13,6 +13,7 @@
 
 #include "router/assembler.h"
 #include "router/log.h"
+#include "router/prefix_index.h"
 
 namespace narwhal::router {
 namespace {
@@ -245,7 +246,12 @@ class Router::Run {
     }
 
     // --- prefill (B1, B2) ---
-    std::optional<Fleet::Reservation> producer = r_.fleet_.PickAndReserve(Phase::kPrefill, excluded_);
+    if (s.placement.cache_aware() && !keyed_) {
+      prompt_key_ = PrefixIndex::Key(PromptText(request_.api, request_.body));
+      keyed_ = true;
+    }
+    std::optional<Fleet::Reservation> producer = r_.fleet_.PickAndReserve(
+        Phase::kPrefill, excluded_, "", keyed_ ? &prompt_key_ : nullptr, &prefill_placement_);
     if (!producer) {
       RefundCredit();
       FinishNoEngine(Phase::kPrefill);
@@ -255,6 +261,11 @@ class Router::Run {
     const engines::EngineTarget producer_target = producer->target();
     prefill_iid_ = producer_target.iid;
     decode_iid_.clear();
+    placed_ = true;
+    decode_placement_.reset();
+    // The decode leg's consumer, counted as reserved while the prefill runs.
+    std::optional<Fleet::Reservation> planned =
+        r_.fleet_.ReserveDecode(excluded_, producer_target.iid);
     engines::LegOptions prefill_options;
     prefill_options.backend_request_id = BackendId(attempt, 'p');  // B8
     prefill_options.request_deadline = request_.deadline;
@@ -274,8 +285,13 @@ class Router::Run {
     r_.fleet_.RecordSuccess(producer_target.iid, Success::kPrefillHandoff);
 
     // --- decode placement, off the producer unless nothing else can (B5) ---
-    std::optional<Fleet::Reservation> consumer =
-        r_.fleet_.PickAndReserve(Phase::kDecode, excluded_, producer_target.iid);
+    std::optional<Fleet::Reservation> consumer;
+    if (planned && r_.fleet_.Activate(*planned, excluded_)) {
+      consumer = std::move(planned);
+    } else {
+      consumer = r_.fleet_.PickAndReserve(Phase::kDecode, excluded_, producer_target.iid);
+    }
+    if (consumer) decode_placement_ = consumer->reason();
     if (!consumer) {
       Abandon(*prefill.result, AbandonReason::kNoConsumer, handoff_start, {});
       FinishNoEngine(Phase::kDecode);
@@ -498,6 +514,12 @@ class Router::Run {
       info["handoff_abandoned"] = AbandonReasonName(*abandoned_);
       info["handoff_released"] = released_;
     }
+    if (placed_) {
+      info["prefill_placement"] = PlacementReasonName(prefill_placement_.reason);
+      info["prefix_match_bytes"] = prefill_placement_.match_bytes;
+      info["decode_placement"] =
+          decode_placement_ ? json(PlacementReasonName(*decode_placement_)) : json(nullptr);
+    }
     r_.Finish(request_, *sink_, std::move(o), info);
   }
 
@@ -508,6 +530,12 @@ class Router::Run {
   std::vector<AttemptFailure> failures_;
   std::string prefill_iid_;
   std::string decode_iid_;
+  // Placement of the last attempt (journal).
+  PromptKey prompt_key_;
+  bool keyed_ = false;
+  bool placed_ = false;
+  PlacementInfo prefill_placement_;
+  std::optional<PlacementReason> decode_placement_;
   int attempts_ = 0;
   double next_backoff_s_ = 0;
   bool credit_held_ = false;

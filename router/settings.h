@@ -122,6 +122,15 @@ struct TlsSettings {
   bool enabled() const { return !cert_file.empty(); }
 };
 
+// Where prefill legs go (router/placement.h, router/prefix_index.h).
+struct PlacementSettings {
+  std::string prefill = "cache_aware";  // "least_loaded" or "cache_aware"
+  int index_chunks = 16384;             // prefix-index entries per producer (LRU)
+  int imbalance_abs = 8;                // legs beyond the least-loaded producer ...
+  double imbalance_rel = 1.5;           // ... and this many times its legs: least loaded wins
+  bool cache_aware() const { return prefill == "cache_aware"; }
+};
+
 enum class RestartPolicy { kIndividual, kWholeWave };
 
 struct RecoverySettings {
@@ -145,6 +154,7 @@ struct Settings {
   LimitSettings limits;
   TlsSettings tls;
   HandoffSettings handoff;
+  PlacementSettings placement;
 };
 
 }  // namespace narwhal::router

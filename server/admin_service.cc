@@ -130,6 +130,8 @@ void FillEngine(const EngineSnapshot& s, pb::Engine* out) {
   out->set_liveness_misses(s.liveness_misses);
   out->set_inflight_prefill(s.inflight_prefill);
   out->set_inflight_decode(s.inflight_decode);
+  out->set_prefix_index_chunks(static_cast<int32_t>(s.prefix_index_chunks));
+  out->set_reserved_decode(s.reserved_decode);
   out->set_explanation(s.explanation);
 }
 

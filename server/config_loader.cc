@@ -922,6 +922,14 @@ bool ValidateHandoff(const Fields& f, router::HandoffSettings* out) {
   return f.Number(H::kLeaseSFieldNumber, &out->lease_s);
 }
 
+void ValidatePlacement(const Fields& f, router::PlacementSettings* out) {
+  using P = pb::Placement;
+  f.String(P::kPrefillFieldNumber, &out->prefill);
+  f.Int(P::kIndexChunksFieldNumber, &out->index_chunks);
+  f.Int(P::kImbalanceAbsFieldNumber, &out->imbalance_abs);
+  f.Number(P::kImbalanceRelFieldNumber, &out->imbalance_rel);
+}
+
 // A handoff older than the producer's lease has lost its blocks, so the
 // router's age limit is below the lease: an explicit one must be, and 0
 // (the default) becomes 80% of the lease, capped by the request deadline.
@@ -974,6 +982,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   bool lease_ok = true;
   if (config.has_handoff()) {
     lease_ok = ValidateHandoff(section(F::kHandoffFieldNumber, config.handoff()), &s.handoff);
+  }
+  if (config.has_placement()) {
+    ValidatePlacement(section(F::kPlacementFieldNumber, config.placement()), &s.placement);
   }
   if (request_ok && lease_ok) {
     const std::optional<Fields> serving =
@@ -1148,6 +1159,11 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   c.mutable_handoff()->set_release(s.handoff.release);
   c.mutable_handoff()->set_release_max_inflight(s.handoff.release_max_inflight);
   c.mutable_handoff()->set_release_timeout_s(s.handoff.release_timeout_s);
+  pb::Placement* placement = c.mutable_placement();
+  placement->set_prefill(s.placement.prefill);
+  placement->set_index_chunks(s.placement.index_chunks);
+  placement->set_imbalance_abs(s.placement.imbalance_abs);
+  placement->set_imbalance_rel(s.placement.imbalance_rel);
   return c;
 }
 

@@ -26,6 +26,8 @@ EngineState::EngineState(SimOptions opts)
       advertised_host(AdvertisedHost(options)),
       created(absl::ToUnixSeconds(absl::Now())),
       log(options.engine_id),
-      kv(options.kv_lease_s, &NowSeconds) {}
+      kv(options.kv_lease_s, &NowSeconds),
+      prefix_cache(static_cast<size_t>(options.prefix_cache_blocks)),
+      prefill_lanes(options.prefill_lanes) {}
 
 }  // namespace narwhal::sim

@@ -8,6 +8,8 @@
 
 #include "engines/sim/fault_rules.h"
 #include "engines/sim/kv_store.h"
+#include "engines/sim/prefill_lanes.h"
+#include "engines/sim/prefix_cache.h"
 #include "engines/sim/request_log.h"
 #include "engines/sim/sim_log.h"
 #include "engines/sim/sim_options.h"
@@ -34,6 +36,8 @@ struct EngineState {
   FaultBook faults;
   KvStore kv;
   RequestLog requests;
+  PrefixCache prefix_cache;
+  PrefillLanes prefill_lanes;
   // Notified once when the engine stops: every wait ends.
   StopSignal stopping;
   // Inference requests in progress (vllm:num_requests_running).

@@ -63,6 +63,12 @@ void Generation::CountToken() {
   state_.requests.Update(seq_, [sent](RequestRecord& r) { r.tokens_sent = sent; });
 }
 
+Usage Generation::MakeUsage(int completion_tokens) const {
+  Usage usage{request_.prompt_tokens, completion_tokens};
+  if (state_.prefix_cache.enabled()) usage.cached_tokens = cached_tokens_;
+  return usage;
+}
+
 absl::Duration Generation::TokenInterval() const {
   if (Is(FaultKind::kSlowTokens)) return absl::Milliseconds(fault_->ms);
   return Millis(state_.options.token_interval_ms);
@@ -90,9 +96,13 @@ Generation::Prelude Generation::RunPrelude() {
         "Got invalid KVTransferParams for ", ctx_.id, " (missing or invalid: ",
         request_.kv.missing, "); computing the prompt locally"));
   }
+  // Only what the prefix cache does not hold is computed.
+  cached_tokens_ =
+      state_.prefix_cache.LookupAndStore(request_.prompt, request_.prompt_tokens);
   const double prefill_ms = state_.options.prefill_ms_per_1k_tokens *
-                            request_.prompt_tokens / 1000.0;
-  const WaitEnd how = waiter_.Sleep(Millis(prefill_ms));
+                            (request_.prompt_tokens - cached_tokens_) / 1000.0;
+  const WaitEnd how =
+      waiter_.Sleep(state_.prefill_lanes.Book(absl::Now(), Millis(prefill_ms)));
   if (how != WaitEnd::kElapsed) return interrupted(how);
   return Prelude::kReady;
 }
@@ -210,7 +220,7 @@ bool Generation::Respond(httplib::Response& res) {
   const OrderedJson body =
       FullBody(ctx_, GenerateText(request_.prompt, count),
                count == 0 ? "stop" : "length",
-               Usage{request_.prompt_tokens, count}, kv_transfer_params);
+               MakeUsage(count), kv_transfer_params);
   res.status = 200;
   res.set_content(Dump(body), "application/json");
   SetStatus(200);
@@ -286,7 +296,7 @@ bool Generation::Stream(httplib::DataSink& sink) {
     std::optional<std::string> finish;
     if (i == limit - 1) finish = "length";
     std::optional<Usage> usage;
-    if (request_.continuous_usage) usage = Usage{request_.prompt_tokens, i + 1};
+    if (request_.continuous_usage) usage = MakeUsage(i + 1);
     if (!Write(sink, SseEvent(TokenChunk(ctx_,
                                          GenerateToken(request_.prompt, i),
                                          finish, usage)))) {
@@ -320,7 +330,7 @@ bool Generation::Stream(httplib::DataSink& sink) {
   }
   if (request_.include_usage &&
       !Write(sink, SseEvent(UsageChunk(
-                       ctx_, Usage{request_.prompt_tokens, tokens_sent_})))) {
+                       ctx_, MakeUsage(tokens_sent_))))) {
     return false;
   }
   if (!Write(sink, DoneEvent())) return false;

@@ -75,6 +75,8 @@ class Generation {
   void CountToken();
   OrderedJson Descriptor();
   absl::Duration TokenInterval() const;
+  // Usage with the prefix cache's hit when the cache is on.
+  Usage MakeUsage(int completion_tokens) const;
 
   EngineState& state_;
   const InferenceRequest request_;
@@ -83,6 +85,7 @@ class Generation {
   const Waiter waiter_;
   ResponseContext ctx_;
   int tokens_sent_ = 0;
+  int cached_tokens_ = 0;  // prompt tokens the prefix cache held (local prefill)
 };
 
 }  // namespace narwhal::sim

@@ -107,6 +107,16 @@ OrderedJson Usage::ToJson() const {
           {"completion_tokens", completion_tokens}};
 }
 
+namespace {
+OrderedJson UsageJson(const Usage& usage) {
+  OrderedJson j = usage.ToJson();
+  if (usage.cached_tokens.has_value()) {
+    j["prompt_tokens_details"] = {{"cached_tokens", *usage.cached_tokens}};
+  }
+  return j;
+}
+}  // namespace
+
 OrderedJson RoleChunk(const ResponseContext& ctx) {
   OrderedJson chunk = ChunkHead(ctx);
   chunk["choices"] = OrderedJson::array(
@@ -147,7 +157,7 @@ OrderedJson TokenChunk(const ResponseContext& ctx, absl::string_view text,
     choice["stop_reason"] = nullptr;
   }
   chunk["choices"] = OrderedJson::array({std::move(choice)});
-  if (usage.has_value()) chunk["usage"] = usage->ToJson();
+  if (usage.has_value()) chunk["usage"] = UsageJson(*usage);
   if (finish_reason.has_value()) {
     chunk["system_fingerprint"] = ctx.system_fingerprint;
   }
@@ -157,7 +167,7 @@ OrderedJson TokenChunk(const ResponseContext& ctx, absl::string_view text,
 OrderedJson UsageChunk(const ResponseContext& ctx, const Usage& usage) {
   OrderedJson chunk = ChunkHead(ctx);
   chunk["choices"] = OrderedJson::array();
-  chunk["usage"] = usage.ToJson();
+  chunk["usage"] = UsageJson(usage);
   chunk["system_fingerprint"] = ctx.system_fingerprint;
   return chunk;
 }
@@ -181,8 +191,8 @@ OrderedJson FullBody(const ResponseContext& ctx, absl::string_view text,
     choice["stop_reason"] = nullptr;
     choice["prompt_logprobs"] = nullptr;
   }
-  OrderedJson usage_json = usage.ToJson();
-  usage_json["prompt_tokens_details"] = nullptr;
+  OrderedJson usage_json = UsageJson(usage);
+  if (!usage.cached_tokens.has_value()) usage_json["prompt_tokens_details"] = nullptr;
   return {{"id", ctx.id},
           {"object", ObjectName(ctx.api, false)},
           {"created", ctx.created},

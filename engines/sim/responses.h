@@ -50,7 +50,11 @@ const std::string& DoneEvent();
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  OrderedJson ToJson() const;  // prompt_tokens, total_tokens, completion_tokens
+  // Prompt tokens served from the prefix cache; set only when the cache is
+  // on (then prompt_tokens_details.cached_tokens is reported).
+  std::optional<int> cached_tokens = std::nullopt;
+  // prompt_tokens, total_tokens, completion_tokens[, prompt_tokens_details]
+  OrderedJson ToJson() const;
 };
 
 // What every body and chunk of one response shares.

@@ -3,7 +3,9 @@
 //   service:   GET /health, GET|POST /ping (200, empty body), GET /version
 //              {"version": V}, GET /v1/models (vLLM model list), GET /metrics
 //              (vllm:num_requests_running, vllm:num_requests_waiting,
-//              vllm:nixl_num_kv_expired_reqs_total; labels engine, model_name)
+//              vllm:nixl_num_kv_expired_reqs_total, with the prefix cache
+//              on vllm:prefix_cache_queries_total and
+//              vllm:prefix_cache_hits_total; labels engine, model_name)
 //   inference: POST /v1/completions, POST /v1/chat/completions (see
 //              openai_request.h for validation, generation.h for serving)
 //   control (never recorded, never authenticated):
@@ -19,6 +21,7 @@
 //     GET /sim/kv         {"held": [...], "consumed": [...], "expired": [...]}
 //                         (kv_store.h)
 //     POST /sim/kv/pull   a consumer's pull of a handoff (kv_pull.h)
+//     GET|DELETE /sim/prefix_cache  hit rates of the prefix cache
 //     GET /sim/info       {"engine_id", "model", "role", "host", "port",
 //                         "version", "max_model_len", "system_fingerprint",
 //                         the latency knobs, "threads",
@@ -40,6 +43,9 @@ namespace narwhal::sim {
 void AddServiceRoutes(httplib::Server& server, EngineState& state);
 void AddInferenceRoutes(httplib::Server& server, EngineState& state);
 void AddControlRoutes(httplib::Server& server, EngineState& state);
+// GET /sim/prefix_cache: the prefix cache's counters (PrefixCache::Stats);
+// DELETE /sim/prefix_cache empties it and zeroes them. Control routes.
+void AddPrefixCacheRoutes(httplib::Server& server, EngineState& state);
 
 // True when `req` may use /v1/* (no key configured, or the right one sent).
 bool Authorized(const EngineState& state, const httplib::Request& req);

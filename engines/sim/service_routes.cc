@@ -36,6 +36,20 @@ std::string MetricsText(EngineState& state) {
       "# TYPE vllm:nixl_num_kv_expired_reqs_total counter\n",
       "vllm:nixl_num_kv_expired_reqs_total", labels, " ",
       state.kv.expired_total(), ".0\n");
+  if (state.prefix_cache.enabled()) {
+    absl::StrAppend(
+        &text,
+        "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the "
+        "prefix cache.\n# TYPE vllm:prefix_cache_queries_total counter\n",
+        "vllm:prefix_cache_queries_total", labels, " ",
+        state.prefix_cache.queried_tokens(), ".0\n");
+    absl::StrAppend(
+        &text,
+        "# HELP vllm:prefix_cache_hits_total Prompt tokens found in the prefix "
+        "cache.\n# TYPE vllm:prefix_cache_hits_total counter\n",
+        "vllm:prefix_cache_hits_total", labels, " ",
+        state.prefix_cache.hit_tokens(), ".0\n");
+  }
   return text;
 }
 

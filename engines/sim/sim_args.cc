@@ -42,7 +42,7 @@ const char* SimUsage() {
          "  [--max-silence-s X] [--threads N] [--vllm-version V]\n"
          "  [--max-model-len N] [--fingerprint S]\n"
          "  [--kv-load-failure-policy fail|recompute] [--api-key-env VAR]\n"
-         "  [--exit-on-stdin-eof]\n";
+         "  [--prefix-cache-blocks N] [--prefill-lanes N] [--exit-on-stdin-eof]\n";
 }
 
 absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
@@ -114,6 +114,10 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
       status = ReadNonNegative(flag, value, &o.max_silence_s);
     } else if (flag == "--threads") {
       status = ReadInt(flag, value, 1, 10000, &o.threads);
+    } else if (flag == "--prefix-cache-blocks") {
+      status = ReadInt(flag, value, 0, 1 << 24, &o.prefix_cache_blocks);
+    } else if (flag == "--prefill-lanes") {
+      status = ReadInt(flag, value, 0, 1024, &o.prefill_lanes);
     } else if (flag == "--vllm-version") {
       if (value.empty()) return Bad(flag, "must not be empty");
       o.vllm_version = value;

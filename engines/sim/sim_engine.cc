@@ -98,6 +98,7 @@ absl::Status SimEngine::Start() {
   AddServiceRoutes(server, impl.state);
   AddInferenceRoutes(server, impl.state);
   AddControlRoutes(server, impl.state);
+  AddPrefixCacheRoutes(server, impl.state);
 
   errno = 0;
   int port = -1;

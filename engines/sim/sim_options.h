@@ -54,6 +54,14 @@ struct SimOptions {
   // HTTP worker threads; each open connection (and each stream) holds one.
   int threads = 512;
   KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kFail;
+  // Prefix cache (engines/sim/prefix_cache.h): blocks of 16 tokens kept,
+  // least recently used evicted; 0 = off. When on, a locally computed
+  // prompt's prefill latency counts only its uncached tokens and usage
+  // carries prompt_tokens_details.cached_tokens.
+  int prefix_cache_blocks = 0;
+  // Prefills computed at once (engines/sim/prefill_lanes.h); 0 = unlimited.
+  // With N, a prefill waits for one of N lanes, so prefill latency queues.
+  int prefill_lanes = 0;
   // When non-empty, /v1/* requires "Authorization: Bearer <api_key>".
   std::string api_key;
 };
