@@ -32,6 +32,7 @@
 #include "server/engine_options.h"
 #include "server/embedded_fleet.h"
 #include "server/grpc_credentials.h"
+#include "server/grpc_health.h"
 #include "server/http/tls_context.h"
 #include "server/idle_memory_release.h"
 #include "server/inference_service.h"
@@ -254,6 +255,7 @@ int Serve(const Args& args) {
   // gRPC inference and admin APIs on their own listeners, with server
   // reflection.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  EnableGrpcHealthService();
   InferenceService inference(settings, router, clock, loops,
                              EnvOrEmpty(settings.serving.api_key_env));
   std::string grpc_host;
@@ -284,6 +286,12 @@ int Serve(const Args& args) {
     return 1;
   }
 
+  // grpc.health.v1 on both gRPC listeners follows /ready.
+  GrpcHealth grpc_health(
+      {{grpc_server.get(), {narwhal::v1::Inference::service_full_name()}},
+       {admin_server.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
+      [&fleet] { return fleet.Ready(nullptr); });
+
   std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d admin=%s:%d\n", http_host.c_str(),
               *bound, grpc_host.c_str(), grpc_bound, admin_host.c_str(), admin_bound);
   std::fflush(stdout);
@@ -299,6 +307,7 @@ int Serve(const Args& args) {
   // whatever is left is cancelled and every listener closes.
   const engines::MonoTime drain_deadline =
       clock.Now() + engines::FromSeconds(settings.serving.graceful_timeout_s);
+  grpc_health.Drain();
   shim.BeginDrain();
   // The admin API ends its event streams and pending calls at once.
   admin.Shutdown();
