@@ -292,6 +292,11 @@ absl::Status Fleet::ReleaseQuarantine(const std::string& iid) {
   return absl::OkStatus();
 }
 
+bool Fleet::Checked(size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index < book_.size() && book_.engine(index).checked;
+}
+
 bool Fleet::Ready(std::string* why) const {
   const MonoTime now = clock_.Now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -301,7 +306,19 @@ bool Fleet::Ready(std::string* why) const {
   }
   const bool prefill = book_.EligibleCount(true, now) > 0;
   const bool decode = book_.EligibleCount(false, now) > 0;
-  if (prefill && decode) return true;
+  const bool prefill_checked = book_.CheckedEligibleCount(true, now) > 0;
+  const bool decode_checked = book_.CheckedEligibleCount(false, now) > 0;
+  if (prefill_checked && decode_checked) return true;
+  if (prefill && decode) {
+    if (why != nullptr) {
+      *why = std::string("no engine of the ") +
+             (!prefill_checked && !decode_checked ? "prefill and decode roles"
+              : !prefill_checked                  ? "prefill role"
+                                                  : "decode role") +
+             " has passed a health check yet";
+    }
+    return false;
+  }
   if (why != nullptr) {
     *why = std::string("no engine in placement for the ") +
            (!prefill && !decode ? "prefill and decode roles"

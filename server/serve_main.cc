@@ -27,6 +27,7 @@
 #include "router/preflight.h"
 #include "router/prober.h"
 #include "router/router.h"
+#include "router/startup_checks.h"
 #include "server/admin_service.h"
 #include "server/config_loader.h"
 #include "server/engine_options.h"
@@ -237,6 +238,11 @@ int Serve(const Args& args) {
 
   router::FleetMonitor monitor(fleet, prober);
   monitor.Start();
+  // Readiness waits for each role to have an engine that passed a check.
+  const double startup_retry_s = std::clamp(settings.recovery.readmit_interval_s, 0.1, 1.0);
+  router::StartupChecks startup_checks(
+      fleet, prober, std::chrono::milliseconds(static_cast<long long>(startup_retry_s * 1000)));
+  startup_checks.Start();
   // After a load, the heap it left in malloc's arenas goes back to the system.
   IdleMemoryRelease idle_release([&router] { return router.inflight(); });
 
@@ -318,6 +324,7 @@ int Serve(const Args& args) {
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   shim.StopAccepting();
   shim.Join();
+  startup_checks.Stop();
   monitor.Stop();
   loops.Stop();
   // Every request has ended and queued its row: put them in the file now

@@ -45,6 +45,24 @@ const std::string kAdmin = narwhal::admin::v1::Admin::service_full_name();
 
 class ServeHealthTest : public E2eTest {};
 
+TEST_F(ServeHealthTest, NotServingWhileARoleHasNoCheckedEngine) {
+  // The only decode engine refuses connections: it never passes a check.
+  ServeProcess& router =
+      StartRouterWith({{"p0", SimUrl("p0"), "prefill"}, {"d0", "http://127.0.0.1:1", "decode"}});
+  // Long enough for start-up checks to have run (they start at once).
+  absl::SleepFor(absl::Milliseconds(800));
+  for (int port : {router.grpc_port(), router.admin_port()}) {
+    const CheckResult all = Check(port, "");
+    EXPECT_EQ(all.code, grpc::StatusCode::OK);
+    EXPECT_EQ(all.status, HealthCheckResponse::NOT_SERVING) << "port " << port;
+  }
+  EXPECT_EQ(Check(router.grpc_port(), kInference).status, HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Check(router.admin_port(), kAdmin).status, HealthCheckResponse::NOT_SERVING);
+  const HttpResult ready = HttpGet(router.http_port(), "/ready");
+  EXPECT_EQ(ready.status, 503) << ready.body;
+  EXPECT_NE(ready.body.find("decode"), std::string::npos) << ready.body;
+}
+
 TEST_F(ServeHealthTest, ServingPerServiceNameOnBothPortsOnceReady) {
   ServeProcess& router = StartRouter({"p0", "d0"});
   ASSERT_TRUE(WaitUntil([&] { return HttpGet(router.http_port(), "/ready").status == 200; },
