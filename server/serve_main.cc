@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
+#include "version/build_info.h"
 #include "engines/http/beast_engine_client.h"
 #include "engines/io_loops.h"
 #include "engines/sync_engine_client.h"
@@ -48,7 +49,20 @@ namespace {
 constexpr char kUsage[] =
     "usage: narwhal-serve [--config PATH] [--http HOST:PORT] [--grpc HOST:PORT]\n"
     "                     [--admin HOST:PORT] [--journal PATH] [--preflight]\n"
-    "Without --config, serves an embedded simulated fleet (2 prefill + 2 decode engines).\n";
+    "  --config PATH       the fleet config file (default none: the embedded simulated\n"
+    "                      fleet, 2 prefill + 2 decode engines on loopback)\n"
+    "  --http HOST:PORT    HTTP listener, overrides listen.http (default 127.0.0.1:8000)\n"
+    "  --grpc HOST:PORT    gRPC inference listener, overrides listen.grpc\n"
+    "                      (default 127.0.0.1:50051)\n"
+    "  --admin HOST:PORT   gRPC admin listener, overrides listen.admin\n"
+    "                      (default 127.0.0.1:50052)\n"
+    "  --journal PATH      append one JSON row per request and fleet event\n"
+    "                      (default none: no journal)\n"
+    "  --preflight         run the mesh preflight before serving; exit 1 if it fails\n"
+    "                      (default off)\n"
+    "  --version           print the version and exit\n"
+    "  --help, -h          print this help and exit\n"
+    "Port 0 picks a free port; the ready line on stdout names the bound ones.\n";
 
 struct Args {
   std::string config;
@@ -83,6 +97,9 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       args->preflight = true;
     } else if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
+      std::exit(0);
+    } else if (flag == "--version") {
+      std::cout << VersionLine("narwhal-serve") << "\n";
       std::exit(0);
     } else {
       std::cerr << "narwhal-serve: unknown argument " << flag << "\n" << kUsage;
