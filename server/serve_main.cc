@@ -49,6 +49,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: narwhal-serve [--config PATH] [--http HOST:PORT] [--grpc HOST:PORT]\n"
     "                     [--admin HOST:PORT] [--journal PATH] [--preflight]\n"
+    "                     [--log-level LEVEL] [--log-format text|json]\n"
     "  --config PATH       the fleet config file (default none: the embedded simulated\n"
     "                      fleet, 2 prefill + 2 decode engines on loopback)\n"
     "  --http HOST:PORT    HTTP listener, overrides listen.http (default 127.0.0.1:8000)\n"
@@ -60,6 +61,9 @@ constexpr char kUsage[] =
     "                      (default none: no journal)\n"
     "  --preflight         run the mesh preflight before serving; exit 1 if it fails\n"
     "                      (default off)\n"
+    "  --log-level LEVEL   debug, info, warn or error: the least severe line logged\n"
+    "                      (default info)\n"
+    "  --log-format FMT    text or json: one line per event on stderr (default text)\n"
     "  --version           print the version and exit\n"
     "  --help, -h          print this help and exit\n"
     "Port 0 picks a free port; the ready line on stdout names the bound ones.\n";
@@ -69,6 +73,8 @@ struct Args {
   std::string http, grpc, admin;
   std::string journal;
   bool preflight = false;
+  LogLevel log_level = LogLevel::kInfo;
+  router::LogFormat log_format = router::LogFormat::kText;
 };
 
 // Returns false (after printing why) on bad arguments.
@@ -95,6 +101,22 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       if (!value(&args->journal)) return false;
     } else if (flag == "--preflight") {
       args->preflight = true;
+    } else if (flag == "--log-level") {
+      std::string level;
+      if (!value(&level)) return false;
+      if (!router::ParseLogLevel(level, &args->log_level)) {
+        std::cerr << "narwhal-serve: --log-level must be debug, info, warn or error (got \""
+                  << level << "\")\n" << kUsage;
+        return false;
+      }
+    } else if (flag == "--log-format") {
+      std::string format;
+      if (!value(&format)) return false;
+      if (!router::ParseLogFormat(format, &args->log_format)) {
+        std::cerr << "narwhal-serve: --log-format must be text or json (got \"" << format
+                  << "\")\n" << kUsage;
+        return false;
+      }
     } else if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -358,5 +380,7 @@ int main(int argc, char** argv) {
   narwhal::server::TuneRuntime();
   narwhal::server::Args args;
   if (!narwhal::server::ParseArgs(argc, argv, &args)) return 2;
+  narwhal::router::SetLogLevel(args.log_level);
+  narwhal::router::SetLogFormat(args.log_format);
   return narwhal::server::Serve(args);
 }

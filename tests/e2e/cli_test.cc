@@ -26,7 +26,8 @@ std::vector<Binary> Binaries() {
   return {
       {"narwhal-serve",
        NARWHAL_SERVE_BINARY,
-       {"--config", "--http", "--grpc", "--admin", "--journal", "--preflight"}},
+       {"--config", "--http", "--grpc", "--admin", "--journal", "--preflight", "--log-level",
+        "--log-format"}},
       {"narwhal-check", NARWHAL_CHECK_BINARY, {"--config", "--json", "--pairs"}},
       {"narwhal-sim",
        NARWHAL_SIM_BINARY,

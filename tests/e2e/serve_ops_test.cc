@@ -1,0 +1,115 @@
+// End-to-end tests of narwhal-serve's operability surface: --log-level and
+// --log-format with one line per fleet state change, process_* and
+// narwhal_build_info on /metrics, and the client's request id (HTTP
+// X-Request-Id, gRPC x-request-id metadata) echoed, journaled and carried
+// to the engines.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "version/build_info.h"
+#include "narwhal/admin/v1/admin.grpc.pb.h"
+#include "narwhal/v1/inference.grpc.pb.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace narwhal::testing {
+namespace {
+
+constexpr char kCompletions[] = "/v1/completions";
+
+class ServeOpsTest : public E2eTest {
+ protected:
+  ServeProcess& StartWithArgs(
+      const std::vector<std::tuple<std::string, std::string, std::string>>& engines,
+      std::vector<std::string> args) {
+    ServeOptions options;
+    options.config = FleetConfig(engines);
+    options.args = std::move(args);
+    absl::StatusOr<std::unique_ptr<ServeProcess>> serve = ServeProcess::Start(options);
+    if (!serve.ok()) {
+      ADD_FAILURE() << "cannot start narwhal-serve: " << serve.status();
+      std::abort();
+    }
+    routers_.push_back(std::move(*serve));
+    sent_[routers_.back().get()] = 0;
+    return *routers_.back();
+  }
+};
+
+std::vector<json> JsonLines(const std::string& text) {
+  std::vector<json> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    out.push_back(json::parse(line, nullptr, false));
+  }
+  return out;
+}
+
+// --------------------------------------------------------------------- logs
+
+TEST_F(ServeOpsTest, JsonLogsNameEveryFleetChangeWithItsCause) {
+  ServeProcess& router = StartWithArgs({{"p0", SimUrl("p0"), "prefill"},
+                                        {"d0", SimUrl("d0"), "decode"},
+                                        {"dead", "http://127.0.0.1:1", "decode"}},
+                                       {"--log-format", "json", "--log-level", "debug"});
+  // An operator ejection.
+  auto admin = narwhal::admin::v1::Admin::NewStub(
+      grpc::CreateChannel(router.admin_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  narwhal::admin::v1::EjectEngineRequest eject;
+  eject.set_iid("d0");
+  eject.set_reason("maintenance window");
+  narwhal::admin::v1::Engine engine;
+  ASSERT_TRUE(admin->EjectEngine(&context, eject, &engine).ok());
+
+  bool ejected = false, dead_named = false;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::vector<json> lines = JsonLines(router.Stderr());
+        for (const json& l : lines) {
+          if (!l.is_object()) continue;
+          const std::string msg = l.value("msg", "");
+          ejected |= msg == "fleet: engine_ejected d0" && l.value("cause", "") == "operator" &&
+                     l.value("detail", "") == "maintenance window" &&
+                     l.value("level", "") == "warn";
+          // The unreachable engine: its address and the cause.
+          dead_named |= absl::StrContains(msg, "engine dead (http://127.0.0.1:1)") &&
+                        absl::StrContains(msg, "127.0.0.1:1: connection refused");
+        }
+        return ejected && dead_named;
+      },
+      absl::Seconds(10)))
+      << router.Stderr();
+  // Every line is one JSON object with a timestamp, a level and a message.
+  for (const json& l : JsonLines(router.Stderr())) {
+    ASSERT_TRUE(l.is_object()) << router.Stderr();
+    EXPECT_TRUE(l.contains("ts") && l.contains("level") && l.contains("msg")) << l.dump();
+  }
+}
+
+TEST_F(ServeOpsTest, LogLevelDropsLessSevereLines) {
+  ServeProcess& router = StartWithArgs(
+      {{"p0", SimUrl("p0"), "prefill"}, {"d0", SimUrl("d0"), "decode"}}, {"--log-level", "error"});
+  ASSERT_TRUE(WaitUntil([&] { return HttpGet(router.http_port(), "/ready").status == 200; },
+                        absl::Seconds(10)));
+  EXPECT_FALSE(absl::StrContains(router.Stderr(), " INFO ")) << router.Stderr();
+  EXPECT_FALSE(absl::StrContains(router.Stderr(), " WARN ")) << router.Stderr();
+}
+
+TEST_F(ServeOpsTest, BadLogFlagsAreRefused) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--log-level", "verbose"},
+                                               std::vector<std::string>{"--log-format", "xml"}}) {
+    const ExitReport r = ServeProcess::Run(args, nullptr, absl::Seconds(10));
+    EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+    EXPECT_TRUE(absl::StrContains(r.stderr_text, args[0])) << r.stderr_text;
+  }
+}
+
+}  // namespace
+}  // namespace narwhal::testing
