@@ -368,7 +368,8 @@ class Router::Run {
     if (r_.metrics_ != nullptr) {
       r_.metrics_->attempt_failures_total
           .Add({{"phase", std::string(engines::PhaseName(f.phase))},
-                {"reason", std::string(engines::FailureReasonName(f.reason))}})
+                {"reason", std::string(engines::FailureReasonName(f.reason))},
+                {"iid", f.iid}})
           .Increment();
     }
     // Breaker evidence (never for client 4xx, cancellation or the deadline).

@@ -242,6 +242,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
 
   bool draining() const override { return draining_.load(); }
 
+  std::function<void()> before_scrape_;  // set before Start()
+
  private:
   engines::Awaitable<void> AcceptLoop() {
     std::unique_ptr<engines::Timer> backoff = clock_.NewTimer(acceptor_.get_executor());
@@ -291,6 +293,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
 
   HttpResponse Metrics() {
     fleet_.PublishAll();
+    if (before_scrape_) before_scrape_();
     HttpResponse response;
     response.result(http::status::ok);
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -372,6 +375,9 @@ OpenAiShim::~OpenAiShim() = default;
 
 absl::StatusOr<int> OpenAiShim::Bind(const std::string& host, int port) {
   return impl_->Bind(host, port);
+}
+void OpenAiShim::SetBeforeScrape(std::function<void()> hook) {
+  impl_->before_scrape_ = std::move(hook);
 }
 void OpenAiShim::Start() { impl_->Start(); }
 void OpenAiShim::BeginDrain() { impl_->BeginDrain(); }

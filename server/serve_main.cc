@@ -40,6 +40,7 @@
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/openai_shim.h"
+#include "server/process_metrics.h"
 #include "server/runtime_tuning.h"
 #include "server/tls_files.h"
 
@@ -295,6 +296,8 @@ int Serve(const Args& args) {
     LogError("narwhal-serve: " + std::string(bound.status().message()));
     return 1;
   }
+  ProcessMetrics process_metrics(registry, BuildVersion(), BuildCommit());
+  shim.SetBeforeScrape([&process_metrics] { process_metrics.Refresh(); });
   shim.Start();
 
   // gRPC inference and admin APIs on their own listeners, with server

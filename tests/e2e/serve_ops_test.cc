@@ -111,5 +111,25 @@ TEST_F(ServeOpsTest, BadLogFlagsAreRefused) {
   }
 }
 
+// ------------------------------------------------------------------ metrics
+
+TEST_F(ServeOpsTest, ProcessAndBuildInfoSeries) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  const std::vector<MetricSample> m = Metrics(router);
+  auto value = [&](const std::string& name) { return MetricSum(m, name); };
+  EXPECT_GT(value("process_cpu_seconds_total"), 0);
+  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(value("process_virtual_memory_bytes"), value("process_resident_memory_bytes"));
+  EXPECT_GT(value("process_open_fds"), 3);
+  EXPECT_GE(value("process_max_fds"), value("process_open_fds"));
+  const double start = value("process_start_time_seconds");
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_LE(start, now + 1);
+  EXPECT_GT(start, now - 120);
+  EXPECT_EQ(
+      MetricSum(m, "narwhal_build_info", {{"version", BuildVersion()}, {"commit", BuildCommit()}}),
+      1);
+}
+
 }  // namespace
 }  // namespace narwhal::testing
