@@ -433,8 +433,11 @@ class Router::Run {
     credit_held_ = false;
   }
 
+  // The engine leg's request id; it carries the client's own id, if any
+  // ("<rid>-<attempt><p|d>.<client_rid>").
   std::string BackendId(int attempt, char phase) const {
-    return request_.rid + "-" + std::to_string(attempt) + phase;
+    const std::string own = request_.rid + "-" + std::to_string(attempt) + phase;
+    return request_.client_rid.empty() ? own : own + "." + request_.client_rid;
   }
 
   void Finish(Outcome o) {

@@ -17,6 +17,7 @@
 #include <boost/beast/http/write.hpp>
 #include <prometheus/text_serializer.h>
 
+#include "server/client_request_id.h"
 #include "server/api_key.h"
 #include "server/http/connection.h"
 #include "server/http/connection_tracker.h"
@@ -315,7 +316,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
   router::Request NewRequest(const HttpRequest& request, engines::Api api) {
     router::Request r;
     r.rid = router_.NewRequestId();
-    r.client_rid = std::string(request["X-Request-Id"]);
+    const auto client_rid = request["X-Request-Id"];
+    r.client_rid = SaneClientRequestId(std::string_view(client_rid.data(), client_rid.size()));
     r.door = router::Door::kHttp;
     r.api = api;
     r.arrived = clock_.Now();
@@ -330,6 +332,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
     router_.RecordRefused(request, outcome);
     HttpResponse response = ErrorResponse(outcome, param);
     response.set("x-request-id", request.rid);
+    if (!request.client_rid.empty()) response.set(kClientRequestIdHeader, request.client_rid);
     return response;
   }
 

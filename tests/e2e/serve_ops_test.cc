@@ -131,5 +131,75 @@ TEST_F(ServeOpsTest, ProcessAndBuildInfoSeries) {
       1);
 }
 
+// --------------------------------------------------------- request identity
+
+std::string HeaderOf(const json& record, const std::string& name) {
+  for (const auto& [key, value] : record["headers"].items()) {
+    if (absl::EqualsIgnoreCase(key, name) && value.is_string()) return value.get<std::string>();
+  }
+  return "";
+}
+
+TEST_F(ServeOpsTest, ClientRequestIdIsEchoedJournaledAndCarriedToEachLeg) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  HttpCaptureOptions options;
+  options.headers = {{"X-Request-Id", "trace-42.a"}};
+  for (const bool stream : {false, true}) {
+    HttpCapture c = Send(router, kCompletions, Completion("identity", 3, stream), options);
+    ASSERT_EQ(c.status, 200) << Describe(c);
+    EXPECT_EQ(Header(c, "x-client-request-id"), "trace-42.a");
+    const std::string rid = Header(c, "x-request-id");
+    EXPECT_EQ(rid.size(), 32u) << rid;  // the router's own id either way
+    const json row = JournalRow(router, c);
+    EXPECT_EQ(row["client_rid"], "trace-42.a");
+  }
+  for (const char* iid : {"p0", "d0"}) {
+    const std::vector<json> legs = SimRequests(Sim(iid), iid[0] == 'p' ? "prefill" : "decode");
+    ASSERT_EQ(legs.size(), 2u) << iid;
+    for (const json& leg : legs) {
+      EXPECT_TRUE(absl::EndsWith(HeaderOf(leg, "x-request-id"), ".trace-42.a"))
+          << leg["headers"].dump();
+    }
+  }
+}
+
+TEST_F(ServeOpsTest, InsaneClientRequestIdIsDropped) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  for (const std::string& bad :
+       {std::string("has space"), std::string(129, 'a'), std::string("quote\"d")}) {
+    HttpCaptureOptions options;
+    options.headers = {{"X-Request-Id", bad}};
+    HttpCapture c = Send(router, kCompletions, Completion("identity", 2, false), options);
+    ASSERT_EQ(c.status, 200) << Describe(c);
+    EXPECT_EQ(Header(c, "x-client-request-id"), "");
+    EXPECT_FALSE(Header(c, "x-request-id").empty());
+    EXPECT_TRUE(JournalRow(router, c)["client_rid"].is_null());
+  }
+}
+
+TEST_F(ServeOpsTest, GrpcMetadataRequestIdIsEchoedAndJournaled) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  auto stub = narwhal::v1::Inference::NewStub(
+      grpc::CreateChannel(router.grpc_target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.AddMetadata("x-request-id", "grpc-trace-7");
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  narwhal::v1::GenerateRequest req;
+  req.set_model(kModel);
+  req.set_prompt("identity over gRPC");
+  req.set_max_tokens(2);
+  narwhal::v1::CompleteResponse resp;
+  CountRequest(router);
+  ASSERT_TRUE(stub->Complete(&context, req, &resp).ok());
+  const auto& md = context.GetServerInitialMetadata();
+  auto echoed = md.find("x-client-request-id");
+  ASSERT_NE(echoed, md.end());
+  EXPECT_EQ(std::string(echoed->second.data(), echoed->second.size()), "grpc-trace-7");
+  auto own = md.find("x-request-id");
+  ASSERT_NE(own, md.end());
+  const std::string rid(own->second.data(), own->second.size());
+  EXPECT_EQ(JournalRowFor(router, rid)["client_rid"], "grpc-trace-7");
+}
+
 }  // namespace
 }  // namespace narwhal::testing
