@@ -5,11 +5,17 @@
 
 #include <utility>
 
+#include "grpc/health/v1/health.pb.h"
 #include "server/log.h"
 
 namespace narwhal::server {
 
-void EnableGrpcHealthService() { grpc::EnableDefaultHealthCheckService(true); }
+void EnableGrpcHealthService() {
+  grpc::EnableDefaultHealthCheckService(true);
+  // Server reflection lists grpc.health.v1.Health and describes it from the
+  // generated descriptor pool: this links and registers its descriptor.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
+}
 
 GrpcHealth::GrpcHealth(std::vector<Target> targets, std::function<bool()> ready,
                        std::chrono::milliseconds period)
