@@ -126,6 +126,14 @@ int BreakerBook::EligibleCount(bool prefill, MonoTime now) const {
   return n;
 }
 
+int BreakerBook::CheckedEligibleCount(bool prefill, MonoTime now) const {
+  int n = 0;
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    n += engines_[i].checked && Eligible(i, prefill, now) ? 1 : 0;
+  }
+  return n;
+}
+
 bool BreakerBook::IsLastForARole(size_t i, MonoTime now) const {
   const Role role = engines_[i].settings.role;
   for (const bool prefill : {true, false}) {
@@ -264,6 +272,7 @@ void BreakerBook::RecordSuccess(size_t i, Success kind) {
   EngineBreaker& e = engines_[i];
   auto& s = e.streak;
   auto clear = [&s](BreakerClass c) { s[static_cast<int>(c)] = 0; };
+  if (kind != Success::kEngineRejected) e.checked = true;
   switch (kind) {
     case Success::kEngineRejected:
       clear(BreakerClass::kConnection);
@@ -407,6 +416,7 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
     e.streak[static_cast<int>(BreakerClass::kKvHandoff)] = 0;
     e.probe_failures = 0;
     e.next_probe_at = MonoTime::max();
+    e.checked = true;
     const std::string evidence = contract_pinned_ ? "lifecycle" : "verification";
     EndHolds(i, evidence, now, &events);
     BreakerEvent ev = Event("engine_readmitted", e.settings.iid);
@@ -502,6 +512,7 @@ std::vector<BreakerEvent> BreakerBook::Readmit(size_t i, const std::string& evid
   e.next_probe_at = MonoTime::max();
   e.health_probe_due = false;
   e.liveness_misses = 0;
+  e.checked = true;
   BreakerEvent ev = Event("engine_readmitted", e.settings.iid);
   ev.evidence = evidence;
   events.push_back(ev);

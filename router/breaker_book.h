@@ -126,6 +126,9 @@ struct EngineBreaker {
   std::optional<LastProbe> last_probe;
   std::optional<EjectCause> last_ejection_cause;
   std::string last_ejection_detail;
+  // Passed a check since start (a health check, a probe, a readmission or
+  // a served leg): readiness counts only such engines.
+  bool checked = false;
   // Liveness
   int liveness_misses = 0;
   MonoTime last_liveness{};
@@ -165,6 +168,8 @@ class BreakerBook {
   bool Eligible(size_t i, bool prefill, MonoTime now) const;
   // Engines in placement able to serve the role.
   int EligibleCount(bool prefill, MonoTime now) const;
+  // Of those, the ones that passed a check since start.
+  int CheckedEligibleCount(bool prefill, MonoTime now) const;
   // Role permits and state serving, whatever a whole-wave hold says (probes
   // of the engine holding the wave must still find peers).
   bool Serves(size_t i, bool prefill, MonoTime now) const;

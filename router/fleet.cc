@@ -398,6 +398,36 @@ absl::Status Fleet::ReleaseQuarantine(const std::string& iid) {
   return absl::OkStatus();
 }
 
+// One log line per fleet state change, with its cause: the event's kind and
+// engine, then its fields. Passed liveness sweeps are debug (one per engine
+// per liveness_interval_s); setbacks are warnings.
+namespace {
+void LogFleetEvent(const nlohmann::json& event) {
+  const std::string kind = event.value("event", "");
+  const std::string outcome = event.value("outcome", "");
+  LogLevel level = LogLevel::kInfo;
+  const bool sweep = event.value("probe_kind", "") == "liveness";
+  if (kind == "engine_probe" && outcome == "passed" && sweep) {
+    level = LogLevel::kDebug;
+  } else if (kind == "engine_ejected" || kind == "engine_hold_started" ||
+             kind == "engine_readmit_refused" || outcome == "failed") {
+    level = LogLevel::kWarning;
+  }
+  if (!LogEnabled(level)) return;
+  nlohmann::json fields = nlohmann::json::object();
+  for (const auto& [key, value] : event.items()) {
+    if (key != "event" && key != "iid" && key != "at" && key != "seq") fields[key] = value;
+  }
+  const std::string iid = event.value("iid", "");
+  Log(level, "fleet: " + kind + (iid.empty() ? "" : " " + iid), fields);
+}
+}  // namespace
+
+bool Fleet::Checked(size_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index < book_.size() && book_.engine(index).checked;
+}
+
 bool Fleet::Ready(std::string* why) const {
   const MonoTime now = clock_.Now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -407,7 +437,19 @@ bool Fleet::Ready(std::string* why) const {
   }
   const bool prefill = book_.EligibleCount(true, now) > 0;
   const bool decode = book_.EligibleCount(false, now) > 0;
-  if (prefill && decode) return true;
+  const bool prefill_checked = book_.CheckedEligibleCount(true, now) > 0;
+  const bool decode_checked = book_.CheckedEligibleCount(false, now) > 0;
+  if (prefill_checked && decode_checked) return true;
+  if (prefill && decode) {
+    if (why != nullptr) {
+      *why = std::string("no engine of the ") +
+             (!prefill_checked && !decode_checked ? "prefill and decode roles"
+              : !prefill_checked                  ? "prefill role"
+                                                  : "decode role") +
+             " has passed a health check yet";
+    }
+    return false;
+  }
   if (why != nullptr) {
     *why = std::string("no engine in placement for the ") +
            (!prefill && !decode ? "prefill and decode roles"
@@ -502,6 +544,7 @@ void Fleet::PublishAllLocked() {
 }
 
 void Fleet::PublishEvent(nlohmann::json event) {
+  LogFleetEvent(event);
   if (!event.contains("at")) event["at"] = clock_.WallNow();
   if (events_ != nullptr) event = events_->Publish(std::move(event));
   if (journal_ != nullptr) journal_->Write(std::move(event));

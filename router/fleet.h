@@ -143,6 +143,8 @@ class Fleet {
   Phase ProbeSide(size_t index) const;
   std::string RecordedProducer(size_t index) const;
   engines::EngineTarget Target(size_t index) const;
+  // Whether engine `index` passed a check since start (counts for Ready).
+  bool Checked(size_t index) const;
   // Live engines able to prefill, fewest prefill legs in flight first, then
   // by iid, excluding `except`.
   std::vector<engines::EngineTarget> LiveProducers(const std::string& except) const;
@@ -156,7 +158,8 @@ class Fleet {
   absl::Status ReleaseQuarantine(const std::string& iid);
   int Find(const std::string& iid) const;
 
-  // True when every role has an engine in placement; else *why says which not.
+  // True when every role has an engine in placement that passed a check
+  // since start; else *why says which not.
   bool Ready(std::string* why) const;
   std::vector<EngineSnapshot> Snapshot() const;
   const std::vector<EngineSettings>& engines() const { return settings_.engines; }

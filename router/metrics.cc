@@ -59,7 +59,7 @@ Metrics::Metrics(prometheus::Registry& r)
                               .Add({})),
       attempt_failures_total(prometheus::BuildCounter()
                                  .Name("narwhal_attempt_failures_total")
-                                 .Help("Failed engine legs by phase and reason.")
+                                 .Help("Failed engine legs by phase, reason and engine (iid).")
                                  .Register(r)),
       retry_attempts_total(prometheus::BuildCounter()
                                .Name("narwhal_retry_attempts_total")

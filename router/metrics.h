@@ -32,7 +32,7 @@ class Metrics {
   prometheus::Counter& decode_tokens_total;
 
   // Attempts and retries
-  prometheus::Family<prometheus::Counter>& attempt_failures_total;  // {phase, reason}
+  prometheus::Family<prometheus::Counter>& attempt_failures_total;  // {phase, reason, iid}
   prometheus::Counter& retry_attempts_total;
   prometheus::Counter& retry_denied_total;
   prometheus::Gauge& retry_credits;

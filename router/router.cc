@@ -397,7 +397,8 @@ class Router::Run {
     if (r_.metrics_ != nullptr) {
       r_.metrics_->attempt_failures_total
           .Add({{"phase", std::string(engines::PhaseName(f.phase))},
-                {"reason", std::string(engines::FailureReasonName(f.reason))}})
+                {"reason", std::string(engines::FailureReasonName(f.reason))},
+                {"iid", f.iid}})
           .Increment();
     }
     // Breaker evidence (never for client 4xx, cancellation or the deadline).
@@ -476,8 +477,11 @@ class Router::Run {
     credit_held_ = false;
   }
 
+  // The engine leg's request id; it carries the client's own id, if any
+  // ("<rid>-<attempt><p|d>.<client_rid>").
   std::string BackendId(int attempt, char phase) const {
-    return request_.rid + "-" + std::to_string(attempt) + phase;
+    const std::string own = request_.rid + "-" + std::to_string(attempt) + phase;
+    return request_.client_rid.empty() ? own : own + "." + request_.client_rid;
   }
 
   void Finish(Outcome o) {

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <string>
 
+#include "version/build_info.h"
 #include "engines/http/standalone_engine_client.h"
 #include "router/clock.h"
 #include "router/preflight.h"
@@ -22,7 +23,13 @@
 namespace narwhal::server {
 namespace {
 
-constexpr char kUsage[] = "usage: narwhal-check --config PATH [--json] [--pairs mesh|ring]\n";
+constexpr char kUsage[] =
+    "usage: narwhal-check --config PATH [--json] [--pairs mesh|ring]\n"
+    "  --config PATH       the fleet config file (required)\n"
+    "  --json              print one JSON document (default off: a table)\n"
+    "  --pairs mesh|ring   which producer/consumer pairs to test (default mesh)\n"
+    "  --version           print the version and exit\n"
+    "  --help, -h          print this help and exit\n";
 
 struct Args {
   std::string config;
@@ -30,7 +37,7 @@ struct Args {
   router::PairMode pairs = router::PairMode::kMesh;
 };
 
-enum class ParseResult { kOk, kHelp, kBad };
+enum class ParseResult { kOk, kHelp, kVersion, kBad };
 
 // Flags take their value as the next argument or after '='.
 ParseResult ParseArgs(int argc, char** argv, Args* args) {
@@ -72,6 +79,8 @@ ParseResult ParseArgs(int argc, char** argv, Args* args) {
       args->json = true;
     } else if ((flag == "--help" || flag == "-h") && !has_inline) {
       return ParseResult::kHelp;
+    } else if (flag == "--version" && !has_inline) {
+      return ParseResult::kVersion;
     } else {
       std::cerr << "narwhal-check: unknown argument " << argv[i] << "\n" << kUsage;
       return ParseResult::kBad;
@@ -116,6 +125,9 @@ int main(int argc, char** argv) {
   switch (narwhal::server::ParseArgs(argc, argv, &args)) {
     case narwhal::server::ParseResult::kHelp:
       std::cout << narwhal::server::kUsage;
+      return 0;
+    case narwhal::server::ParseResult::kVersion:
+      std::cout << narwhal::VersionLine("narwhal-check") << "\n";
       return 0;
     case narwhal::server::ParseResult::kBad:
       return 2;

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "google/rpc/status.pb.h"
+#include "server/client_request_id.h"
 #include "server/api_key.h"
 #include "server/grpc_request.h"
 #include "server/grpc_sink.h"
@@ -277,7 +278,16 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
   DecodeError decode_error;
   const bool decoded =
       DecodeGenerateRequest(message, settings_.serving.max_request_bytes, &req, &decode_error);
-  if (decoded) r.client_rid = req.request_id();
+  // The client's id: the message's request_id, else x-request-id metadata;
+  // kept (and echoed) only when sane.
+  if (decoded) r.client_rid = SaneClientRequestId(req.request_id());
+  if (r.client_rid.empty() && !(decoded && !req.request_id().empty())) {
+    const auto& md = context->client_metadata();
+    if (auto it = md.find("x-request-id"); it != md.end()) {
+      r.client_rid = SaneClientRequestId(std::string_view(it->second.data(), it->second.size()));
+    }
+  }
+  if (!r.client_rid.empty()) context->AddInitialMetadata(kClientRequestIdHeader, r.client_rid);
   if (decoded && req.input_case() == narwhal::v1::GenerateRequest::kMessages) {
     r.api = engines::Api::kChatCompletions;
   }

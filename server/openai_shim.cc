@@ -17,6 +17,7 @@
 #include <boost/beast/http/write.hpp>
 #include <prometheus/text_serializer.h>
 
+#include "server/client_request_id.h"
 #include "server/api_key.h"
 #include "server/http/connection.h"
 #include "server/http/connection_tracker.h"
@@ -242,6 +243,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
 
   bool draining() const override { return draining_.load(); }
 
+  std::function<void()> before_scrape_;  // set before Start()
+
  private:
   engines::Awaitable<void> AcceptLoop() {
     std::unique_ptr<engines::Timer> backoff = clock_.NewTimer(acceptor_.get_executor());
@@ -291,6 +294,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
 
   HttpResponse Metrics() {
     fleet_.PublishAll();
+    if (before_scrape_) before_scrape_();
     HttpResponse response;
     response.result(http::status::ok);
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -312,7 +316,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
   router::Request NewRequest(const HttpRequest& request, engines::Api api) {
     router::Request r;
     r.rid = router_.NewRequestId();
-    r.client_rid = std::string(request["X-Request-Id"]);
+    const auto client_rid = request["X-Request-Id"];
+    r.client_rid = SaneClientRequestId(std::string_view(client_rid.data(), client_rid.size()));
     r.door = router::Door::kHttp;
     r.api = api;
     r.arrived = clock_.Now();
@@ -327,6 +332,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
     router_.RecordRefused(request, outcome);
     HttpResponse response = ErrorResponse(outcome, param);
     response.set("x-request-id", request.rid);
+    if (!request.client_rid.empty()) response.set(kClientRequestIdHeader, request.client_rid);
     return response;
   }
 
@@ -372,6 +378,9 @@ OpenAiShim::~OpenAiShim() = default;
 
 absl::StatusOr<int> OpenAiShim::Bind(const std::string& host, int port) {
   return impl_->Bind(host, port);
+}
+void OpenAiShim::SetBeforeScrape(std::function<void()> hook) {
+  impl_->before_scrape_ = std::move(hook);
 }
 void OpenAiShim::Start() { impl_->Start(); }
 void OpenAiShim::BeginDrain() { impl_->BeginDrain(); }

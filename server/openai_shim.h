@@ -21,6 +21,7 @@
 #ifndef NARWHAL_SERVER_OPENAI_SHIM_H_
 #define NARWHAL_SERVER_OPENAI_SHIM_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,9 @@ class OpenAiShim {
 
   // Binds `host:port` (port 0 picks a free port); returns the bound port.
   absl::StatusOr<int> Bind(const std::string& host, int port);
+  // Runs `hook` before each /metrics scrape (e.g. to refresh process_*
+  // series). Call before Start().
+  void SetBeforeScrape(std::function<void()> hook);
   // Starts accepting on the loops.
   void Start();
   // Graceful shutdown, step 1: /ready reports 503 and responses close their

@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
+#include "version/build_info.h"
 #include "engines/http/beast_engine_client.h"
 #include "engines/io_loops.h"
 #include "engines/sync_engine_client.h"
@@ -27,16 +28,19 @@
 #include "router/preflight.h"
 #include "router/prober.h"
 #include "router/router.h"
+#include "router/startup_checks.h"
 #include "server/admin_service.h"
 #include "server/config_loader.h"
 #include "server/engine_options.h"
 #include "server/embedded_fleet.h"
 #include "server/grpc_credentials.h"
+#include "server/grpc_health.h"
 #include "server/http/tls_context.h"
 #include "server/idle_memory_release.h"
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/openai_shim.h"
+#include "server/process_metrics.h"
 #include "server/runtime_tuning.h"
 #include "server/tls_files.h"
 
@@ -46,13 +50,32 @@ namespace {
 constexpr char kUsage[] =
     "usage: narwhal-serve [--config PATH] [--http HOST:PORT] [--grpc HOST:PORT]\n"
     "                     [--admin HOST:PORT] [--journal PATH] [--preflight]\n"
-    "Without --config, serves an embedded simulated fleet (2 prefill + 2 decode engines).\n";
+    "                     [--log-level LEVEL] [--log-format text|json]\n"
+    "  --config PATH       the fleet config file (default none: the embedded simulated\n"
+    "                      fleet, 2 prefill + 2 decode engines on loopback)\n"
+    "  --http HOST:PORT    HTTP listener, overrides listen.http (default 127.0.0.1:8000)\n"
+    "  --grpc HOST:PORT    gRPC inference listener, overrides listen.grpc\n"
+    "                      (default 127.0.0.1:50051)\n"
+    "  --admin HOST:PORT   gRPC admin listener, overrides listen.admin\n"
+    "                      (default 127.0.0.1:50052)\n"
+    "  --journal PATH      append one JSON row per request and fleet event\n"
+    "                      (default none: no journal)\n"
+    "  --preflight         run the mesh preflight before serving; exit 1 if it fails\n"
+    "                      (default off)\n"
+    "  --log-level LEVEL   debug, info, warn or error: the least severe line logged\n"
+    "                      (default info)\n"
+    "  --log-format FMT    text or json: one line per event on stderr (default text)\n"
+    "  --version           print the version and exit\n"
+    "  --help, -h          print this help and exit\n"
+    "Port 0 picks a free port; the ready line on stdout names the bound ones.\n";
 
 struct Args {
   std::string config;
   std::string http, grpc, admin;
   std::string journal;
   bool preflight = false;
+  LogLevel log_level = LogLevel::kInfo;
+  router::LogFormat log_format = router::LogFormat::kText;
 };
 
 // Returns false (after printing why) on bad arguments.
@@ -79,8 +102,27 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       if (!value(&args->journal)) return false;
     } else if (flag == "--preflight") {
       args->preflight = true;
+    } else if (flag == "--log-level") {
+      std::string level;
+      if (!value(&level)) return false;
+      if (!router::ParseLogLevel(level, &args->log_level)) {
+        std::cerr << "narwhal-serve: --log-level must be debug, info, warn or error (got \""
+                  << level << "\")\n" << kUsage;
+        return false;
+      }
+    } else if (flag == "--log-format") {
+      std::string format;
+      if (!value(&format)) return false;
+      if (!router::ParseLogFormat(format, &args->log_format)) {
+        std::cerr << "narwhal-serve: --log-format must be text or json (got \"" << format
+                  << "\")\n" << kUsage;
+        return false;
+      }
     } else if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
+      std::exit(0);
+    } else if (flag == "--version") {
+      std::cout << VersionLine("narwhal-serve") << "\n";
       std::exit(0);
     } else {
       std::cerr << "narwhal-serve: unknown argument " << flag << "\n" << kUsage;
@@ -236,6 +278,11 @@ int Serve(const Args& args) {
 
   router::FleetMonitor monitor(fleet, prober);
   monitor.Start();
+  // Readiness waits for each role to have an engine that passed a check.
+  const double startup_retry_s = std::clamp(settings.recovery.readmit_interval_s, 0.1, 1.0);
+  router::StartupChecks startup_checks(
+      fleet, prober, std::chrono::milliseconds(static_cast<long long>(startup_retry_s * 1000)));
+  startup_checks.Start();
   // After a load, the heap it left in malloc's arenas goes back to the system.
   IdleMemoryRelease idle_release([&router] { return router.inflight(); });
 
@@ -249,11 +296,14 @@ int Serve(const Args& args) {
     LogError("narwhal-serve: " + std::string(bound.status().message()));
     return 1;
   }
+  ProcessMetrics process_metrics(registry, BuildVersion(), BuildCommit());
+  shim.SetBeforeScrape([&process_metrics] { process_metrics.Refresh(); });
   shim.Start();
 
   // gRPC inference and admin APIs on their own listeners, with server
   // reflection.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  EnableGrpcHealthService();
   InferenceService inference(settings, router, clock, loops,
                              EnvOrEmpty(settings.serving.api_key_env));
   std::string grpc_host;
@@ -284,6 +334,12 @@ int Serve(const Args& args) {
     return 1;
   }
 
+  // grpc.health.v1 on both gRPC listeners follows /ready.
+  GrpcHealth grpc_health(
+      {{grpc_server.get(), {narwhal::v1::Inference::service_full_name()}},
+       {admin_server.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
+      [&fleet] { return fleet.Ready(nullptr); });
+
   std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d admin=%s:%d\n", http_host.c_str(),
               *bound, grpc_host.c_str(), grpc_bound, admin_host.c_str(), admin_bound);
   std::fflush(stdout);
@@ -299,6 +355,7 @@ int Serve(const Args& args) {
   // whatever is left is cancelled and every listener closes.
   const engines::MonoTime drain_deadline =
       clock.Now() + engines::FromSeconds(settings.serving.graceful_timeout_s);
+  grpc_health.Drain();
   shim.BeginDrain();
   // The admin API ends its event streams and pending calls at once.
   admin.Shutdown();
@@ -309,6 +366,7 @@ int Serve(const Args& args) {
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   shim.StopAccepting();
   shim.Join();
+  startup_checks.Stop();
   monitor.Stop();
   loops.Stop();
   // Every request has ended and queued its row: put them in the file now
@@ -325,5 +383,7 @@ int main(int argc, char** argv) {
   narwhal::server::TuneRuntime();
   narwhal::server::Args args;
   if (!narwhal::server::ParseArgs(argc, argv, &args)) return 2;
+  narwhal::router::SetLogLevel(args.log_level);
+  narwhal::router::SetLogFormat(args.log_format);
   return narwhal::server::Serve(args);
 }

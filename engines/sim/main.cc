@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "version/build_info.h"
 #include "engines/sim/sim_args.h"
 #include "engines/sim/sim_engine.h"
 #include "engines/sim/sim_log.h"
@@ -78,6 +79,10 @@ int Run(int argc, char** argv) {
   }
   if (parsed->help) {
     std::fputs(SimUsage(), stdout);
+    return 0;
+  }
+  if (parsed->version) {
+    std::puts(narwhal::VersionLine("narwhal-sim").c_str());
     return 0;
   }
   const int signal_fd = signalfd(-1, &signals, SFD_CLOEXEC);

@@ -36,13 +36,28 @@ absl::Status ReadNonNegative(absl::string_view flag, const std::string& text,
 }  // namespace
 
 const char* SimUsage() {
-  return "usage: narwhal-sim --port N [--host H] --engine-id ID [--model NAME]\n"
-         "  [--role prefill|decode|both] [--prefill-ms-per-1k-tokens X]\n"
-         "  [--token-interval-ms X] [--kv-transfer-ms X] [--kv-lease-s X]\n"
-         "  [--max-silence-s X] [--threads N] [--vllm-version V]\n"
-         "  [--max-model-len N] [--fingerprint S]\n"
-         "  [--kv-load-failure-policy fail|recompute] [--api-key-env VAR]\n"
-         "  [--prefix-cache-blocks N] [--prefill-lanes N] [--exit-on-stdin-eof]\n";
+  return "usage: narwhal-sim --port N --engine-id ID [flags]\n"
+         "  --port N                        listen port, 0 picks one (required)\n"
+         "  --engine-id ID                  engine id in descriptors and logs (required)\n"
+         "  --host H                        listen address (default 127.0.0.1)\n"
+         "  --model NAME                    served model (default Qwen/Qwen3-0.6B)\n"
+         "  --role prefill|decode|both      reported role (default both)\n"
+         "  --prefill-ms-per-1k-tokens X    prefill latency per 1000 prompt tokens (default 0)\n"
+         "  --token-interval-ms X           time between generated tokens (default 5)\n"
+         "  --kv-transfer-ms X              consumer's wait before a KV pull (default 0)\n"
+         "  --kv-lease-s X                  how long an unpulled handoff is held (default 30)\n"
+         "  --max-silence-s X               bound of every injected silence (default 300)\n"
+         "  --threads N                     HTTP worker threads (default 512)\n"
+         "  --vllm-version V                reported vLLM version (default 0.29.1)\n"
+         "  --max-model-len N               reported max_model_len (default 32768)\n"
+         "  --fingerprint S                 system_fingerprint (default vllm-<version>-<hash>)\n"
+         "  --kv-load-failure-policy fail|recompute  on a failed KV pull (default fail)\n"
+         "  --api-key-env VAR               require this env var's key on /v1/* (default none)\n"
+         "  --prefix-cache-blocks N         prefix cache size in 16-token blocks, 0 = off (default 0)\n"
+         "  --prefill-lanes N               prefills computed at once, 0 = unlimited (default 0)\n"
+         "  --exit-on-stdin-eof             exit when stdin closes (default off)\n"
+         "  --version                       print the version and exit\n"
+         "  --help, -h                      print this help and exit\n";
 }
 
 absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
@@ -63,6 +78,10 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
     }
     if (flag == "--help" || flag == "-h") {
       parsed.help = true;
+      continue;
+    }
+    if (flag == "--version") {
+      parsed.version = true;
       continue;
     }
     if (flag == "--exit-on-stdin-eof") {
@@ -146,7 +165,7 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
     }
     if (!status.ok()) return status;
   }
-  if (parsed.help) return parsed;
+  if (parsed.help || parsed.version) return parsed;
   if (!have_port) return absl::InvalidArgumentError("--port: required");
   if (!have_engine_id) {
     return absl::InvalidArgumentError("--engine-id: required");

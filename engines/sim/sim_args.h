@@ -28,6 +28,7 @@ struct SimArgs {
   SimOptions options;
   bool exit_on_stdin_eof = false;
   bool help = false;
+  bool version = false;  // --version
 };
 
 // Reads an environment variable; returns false when unset.

@@ -5,14 +5,30 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "version/build_info.h"
+
 namespace narwhal::bench {
 
 const char kUsage[] =
-    "usage: narwhal-bench --mode http|grpc|direct|decode-only [--target HOST:PORT]\n"
-    "                     [--prefill http://H:P --decode http://H:P] [--api completions|chat]\n"
-    "                     [--concurrency N] [--duration-s S] [--ramp-s S] [--max-tokens K]\n"
-    "                     [--prompt-words W] [--model NAME] [--pid PID[,PID...]]\n"
-    "                     [--threads N] [--grpc-channels N] [--json]\n"
+    "usage: narwhal-bench --mode http|grpc|direct|decode-only [flags]\n"
+    "  --mode M             http, grpc, direct or decode-only (required)\n"
+    "  --target HOST:PORT   the router (http, grpc) or engine (decode-only) (default none)\n"
+    "  --prefill URL        direct: the producer, http://H:P (default none)\n"
+    "  --decode URL         direct: the consumer, http://H:P (default none)\n"
+    "  --api completions|chat  the API driven (default completions)\n"
+    "  --concurrency N      workers (default 64)\n"
+    "  --duration-s S       how long the workers loop (default 10)\n"
+    "  --ramp-s S           workers start spread over S seconds (default 0)\n"
+    "  --max-tokens K       max_tokens of each request (default 64)\n"
+    "  --prompt-words W     prompt length in words (default 64)\n"
+    "  --model NAME         model name sent (default Qwen/Qwen3-0.6B)\n"
+    "  --pid PID[,PID...]   relay processes whose CPU time is measured (default none)\n"
+    "  --threads N          event-loop threads, HTTP modes (default 1)\n"
+    "  --grpc-channels N    HTTP/2 connections, grpc mode (default 4)\n"
+    "  --json               print the report as JSON (default off: a table)\n"
+    "  --version            print the version and exit\n"
+    "  --help, -h           print this help and exit\n"
+    "Modes:\n"
     "  http         streaming completions through the router's HTTP shim (--target)\n"
     "  grpc         narwhal.v1.Inference/Generate through the router (--target)\n"
     "  direct       no router: prefill on --prefill, then the streaming decode on\n"
@@ -70,6 +86,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
+      std::exit(0);
+    }
+    if (flag == "--version") {
+      std::cout << VersionLine("narwhal-bench") << "\n";
       std::exit(0);
     }
     if (i + 1 >= argc) {

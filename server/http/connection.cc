@@ -14,6 +14,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
+#include "server/client_request_id.h"
 #include "server/http/request_parser.h"
 #include "server/http/sse_sink.h"
 #include "server/http/tls_context.h"
@@ -291,7 +292,9 @@ Awaitable<Connection::Next> Connection::Generate(router::Request request, unsign
   using namespace asio::experimental::awaitable_operators;  // NOLINT(build/namespaces)
   ResponseScope in_progress(tracker_);
   const std::string rid = request.rid;
+  const std::string client_rid = request.client_rid;
   auto sink = std::make_shared<SseSink>(socket_, rid, version, keep_alive);
+  sink->set_client_rid(client_rid);
   watch_stop_ = false;
   co_await (ServeAndStopWatch(std::move(request), sink) && WatchClient(sink));
 
@@ -312,6 +315,7 @@ Awaitable<Connection::Next> Connection::Generate(router::Request request, unsign
   }
   HttpResponse response = OutcomeResponse(outcome);
   response.set("x-request-id", rid);
+  if (!client_rid.empty()) response.set(kClientRequestIdHeader, client_rid);
   co_return co_await Write(response, version, keep_alive);
 }
 

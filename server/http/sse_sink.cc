@@ -10,6 +10,8 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "server/client_request_id.h"
+
 namespace narwhal::server {
 namespace {
 
@@ -61,6 +63,7 @@ std::string SseSink::RenderHead() const {
   head.set(http::field::cache_control, "no-cache");
   head.set("X-Accel-Buffering", "no");
   head.set("x-request-id", rid_);
+  if (!client_rid_.empty()) head.set(kClientRequestIdHeader, client_rid_);
   if (version_ >= 11) head.chunked(true);
   head.keep_alive(keep_alive_);
   std::ostringstream out;

@@ -47,6 +47,9 @@ class SseSink final : public router::ResponseSink {
   engines::Awaitable<bool> Flush(engines::MonoTime deadline) override;
   engines::Awaitable<bool> Drain(engines::MonoTime deadline) override;
   void Finish(router::Outcome outcome) override;
+  // The client's sane X-Request-Id, echoed as x-client-request-id in the
+  // head (set before the head is rendered).
+  void set_client_rid(std::string client_rid) { client_rid_ = std::move(client_rid); }
 
   // The 200 head went out: the response is a stream.
   bool committed() const { return committed_; }
@@ -68,6 +71,7 @@ class SseSink final : public router::ResponseSink {
 
   std::shared_ptr<ClientSocket> socket_;
   const std::string rid_;
+  std::string client_rid_;
   const unsigned version_;
   const bool keep_alive_;
   bool committed_ = false;

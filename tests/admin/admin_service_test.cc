@@ -242,6 +242,9 @@ TEST(AdminServiceTest, EjectEngineExplainsItPublishesAnEventAndCountsIt) {
   EXPECT_EQ(breakers.engines(1).state(), "ejected");
   EXPECT_EQ(breakers.engines(1).counters().ejections(), 1);
   EXPECT_EQ(breakers.engines(0).counters().ejections(), 0);
+  EXPECT_FALSE(breakers.ready());  // no engine has passed a check yet
+  for (const char* iid : {"p0", "d1"}) h.fleet().RecordSuccess(iid, router::Success::kHealth);
+  ASSERT_TRUE(Call(h, &pb::Admin::Stub::GetBreakers, pb::GetBreakersRequest(), &breakers).ok());
   EXPECT_TRUE(breakers.ready());  // d1 still decodes
   EXPECT_EQ(breakers.policy().eject_after(), 3);
   EXPECT_EQ(breakers.policy().engine_restart_policy(), "individual");

@@ -591,7 +591,10 @@ TEST_F(FleetProberTest, WholeWaveEjectionMakesTheFleetUnready) {
   EXPECT_FALSE(fleet_->PickAndReserve(Phase::kDecode, {}).has_value());
   EXPECT_EQ(fleet_->Snapshot()[0].explanation, why);
   ASSERT_TRUE(fleet_->Readmit("d1", "health").ok());
-  EXPECT_TRUE(fleet_->Ready(&why));
+  // Readmitted d1 passed a check; readiness waits for the prefill role too.
+  EXPECT_FALSE(fleet_->Ready(&why));
+  fleet_->RecordSuccess("p0", router::Success::kHealth);
+  EXPECT_TRUE(fleet_->Ready(&why)) << why;
   EXPECT_TRUE(fleet_->PickAndReserve(Phase::kPrefill, {}).has_value());
 }
 

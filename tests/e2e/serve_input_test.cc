@@ -191,7 +191,9 @@ TEST_F(ServeInputTest, ModelsHealthAndReady) {
   ASSERT_TRUE(list.contains("data") && list["data"].size() == 1) << models.body;
   EXPECT_EQ(list["data"][0]["id"], kModel);
   EXPECT_EQ(HttpGet(router.http_port(), "/health").status, 200);
-  EXPECT_EQ(HttpGet(router.http_port(), "/ready").status, 200);
+  // Ready once each role's engine has passed its start-up health check.
+  EXPECT_TRUE(WaitUntil([&] { return HttpGet(router.http_port(), "/ready").status == 200; },
+                        absl::Seconds(10)));
 }
 
 TEST_F(ServeInputTest, ApiKeyIsRequiredWhenConfigured) {

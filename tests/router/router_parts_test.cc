@@ -447,7 +447,9 @@ TEST_F(FleetTest, B15_QuarantineGaugeAndReadiness) {
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_quarantined", {{"iid", "p0"}}), 1);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_in_placement", {{"iid", "p0"}}), 0);
   std::string why;
-  EXPECT_TRUE(fleet.Ready(&why));
+  EXPECT_FALSE(fleet.Ready(&why));  // no engine has passed a check yet
+  for (const EngineSettings& e : settings_.engines) fleet.RecordSuccess(e.iid, Success::kHealth);
+  EXPECT_TRUE(fleet.Ready(&why)) << why;
   f.iid = f.evidence_iid = "p1";
   fleet.RecordFailure(f);
   EXPECT_EQ(fleet.Snapshot()[1].state, PlacementState::kServing);  // the last prefill engine
@@ -464,6 +466,26 @@ TEST_F(FleetTest, ReadyNamesTheMissingRole) {
   std::string why;
   EXPECT_FALSE(fleet.Ready(&why));
   EXPECT_EQ(why, "no engine in placement for the decode role");
+}
+
+TEST_F(FleetTest, ReadyWaitsForAnEngineOfEachRoleToPassACheck) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode),
+                       Engine("d1", Role::kDecode)};
+  Fleet fleet(settings_, clock_, nullptr);
+  std::string why;
+  EXPECT_FALSE(fleet.Ready(&why));
+  EXPECT_EQ(why, "no engine of the prefill and decode roles has passed a health check yet");
+  EXPECT_FALSE(fleet.Checked(0));
+  fleet.RecordSuccess("p0", Success::kHealth);
+  EXPECT_TRUE(fleet.Checked(0));
+  EXPECT_FALSE(fleet.Ready(&why));
+  EXPECT_EQ(why, "no engine of the decode role has passed a health check yet");
+  // An engine that answered a 4xx is alive but has not passed a check.
+  fleet.RecordSuccess("d0", Success::kEngineRejected);
+  EXPECT_FALSE(fleet.Ready(&why));
+  // A served leg counts as a check.
+  fleet.RecordSuccess("d1", Success::kDecodeDone);
+  EXPECT_TRUE(fleet.Ready(&why)) << why;
 }
 
 // ---------------------------------------------------------------------------

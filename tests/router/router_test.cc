@@ -726,6 +726,12 @@ TEST_F(RouterTest, B14_DefaultIsOneAttemptWithoutRetry) {
   EXPECT_EQ(Metric("narwhal_attempt_failures_total",
                    {{"phase", "decode"}, {"reason", "engine_timeout"}}),
             1);
+  // The series names the engine that failed.
+  EXPECT_EQ(Metric("narwhal_attempt_failures_total",
+                   {{"phase", "decode"},
+                    {"reason", "engine_timeout"},
+                    {"iid", fake_.decode_calls()[0].target.iid}}),
+            1);
   EXPECT_EQ(Metric("narwhal_retry_attempts_total"), 0);
 }
 

@@ -99,6 +99,10 @@ class HttpDoorTest : public ::testing::Test {
     ASSERT_TRUE(journal.ok()) << journal.status();
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
+    // The fake engines are up: each passes its start-up check (readiness).
+    for (const router::EngineSettings& e : settings_.engines) {
+      fleet_->RecordSuccess(e.iid, router::Success::kHealth);
+    }
     router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
                                                journal_.get(), 7);
     shim_ = std::make_unique<OpenAiShim>(settings_, *router_, *fleet_, clock_, registry_, api_key,
