@@ -52,6 +52,7 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
       journal_(journal),
       events_(events),
       book_(settings.engines, settings.recovery, settings.engine_contract.has_value()),
+      links_(settings.engines, settings.links, settings.recovery.readmit_interval_s, clock.Now()),
       gauges_(settings.engines.size()),
       inflight_(settings.engines.size(), {0, 0}) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -72,6 +73,7 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
     }
     PublishLocked(i);
   }
+  InitLinkGauges();
 }
 
 std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
@@ -86,8 +88,11 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
     const std::string& iid = book_.engine(i).settings.iid;
     if (!book_.Eligible(i, prefill, now)) continue;
     if (std::find(excluded.begin(), excluded.end(), iid) != excluded.end()) continue;
-    candidates.push_back(
-        Candidate{i, inflight_[i][PhaseIndex(phase)], !avoid.empty() && iid == avoid});
+    // Decode: a consumer whose link from the producer (`avoid`) is held is a
+    // last resort too.
+    const bool last_resort =
+        !avoid.empty() && (iid == avoid || (!prefill && links_.Held(avoid, iid)));
+    candidates.push_back(Candidate{i, inflight_[i][PhaseIndex(phase)], last_resort});
   }
   const std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation_[PhaseIndex(phase)]++);
   if (!pos) return std::nullopt;
@@ -121,6 +126,7 @@ void Fleet::ReleaseSlot(size_t index, Phase phase) {
 
 void Fleet::RecordFailure(const engines::EngineFailure& failure, const std::string& producer) {
   if (failure.breaker_class == BreakerClass::kNone) return;
+  RecordLinkFailure(failure, producer);
   std::vector<BreakerEvent> events;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -107,6 +107,10 @@ Metrics::Metrics(prometheus::Registry& r)
       engine_inflight(prometheus::BuildGauge()
                           .Name("narwhal_engine_inflight")
                           .Help("Legs running on an engine, by phase.")
-                          .Register(r)) {}
+                          .Register(r)),
+      link_held(prometheus::BuildGauge()
+                    .Name("narwhal_link_held")
+                    .Help("1 while a producer->consumer link is held out of decode placement.")
+                    .Register(r)) {}
 
 }  // namespace narwhal::router

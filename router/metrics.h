@@ -45,6 +45,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& engine_probes_total;      // {iid, kind, outcome}
   prometheus::Family<prometheus::Counter>& engine_readmissions_total;  // {iid, evidence}
   prometheus::Family<prometheus::Gauge>& engine_inflight;            // {iid, phase}
+
+  // Links
+  prometheus::Family<prometheus::Gauge>& link_held;  // {producer, consumer}
 };
 
 }  // namespace narwhal::router

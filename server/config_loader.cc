@@ -919,6 +919,12 @@ bool ValidateHandoff(const Fields& f, router::HandoffSettings* out) {
   return f.Number(H::kLeaseSFieldNumber, &out->lease_s);
 }
 
+void ValidateLinks(const Fields& f, router::LinkSettings* out) {
+  using L = pb::Links;
+  f.Int(L::kHoldAfterFieldNumber, &out->hold_after);
+  f.Number(L::kWindowSFieldNumber, &out->window_s);
+}
+
 // A handoff older than the producer's lease has lost its blocks, so the
 // router's age limit is below the lease: an explicit one must be, and 0
 // (the default) becomes 80% of the lease, capped by the request deadline.
@@ -968,6 +974,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
     ValidateLimits(section(F::kLimitsFieldNumber, config.limits()), &s.limits);
   }
   if (config.has_tls()) ValidateTls(section(F::kTlsFieldNumber, config.tls()), &s.tls);
+  if (config.has_links()) {
+    ValidateLinks(section(F::kLinksFieldNumber, config.links()), &s.links);
+  }
   bool lease_ok = true;
   if (config.has_handoff()) {
     lease_ok = ValidateHandoff(section(F::kHandoffFieldNumber, config.handoff()), &s.handoff);
@@ -1142,6 +1151,8 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   }
   c.mutable_handoff()->set_remote_host(s.handoff.remote_host);
   c.mutable_handoff()->set_lease_s(s.handoff.lease_s);
+  c.mutable_links()->set_hold_after(s.links.hold_after);
+  c.mutable_links()->set_window_s(s.links.window_s);
   return c;
 }
 
