@@ -33,7 +33,8 @@ class ServeLinksTest : public E2eTest {
   }
   static std::map<std::string, pb::Link> LinksByName(ServeProcess& router) {
     std::map<std::string, pb::Link> out;
-    for (const pb::Link& l : ListLinks(router).links()) out[l.producer() + "->" + l.consumer()] = l;
+    const pb::ListLinksResponse response = ListLinks(router);
+    for (const pb::Link& l : response.links()) out[l.producer() + "->" + l.consumer()] = l;
     return out;
   }
   // The kinds of the events WatchEvents replays (since_seq 0) up to one of
@@ -103,7 +104,9 @@ TEST_F(ServeLinksTest, AConsumerFailingOnlyWithOneProducerGetsItsLinkHeldAndBoth
   EXPECT_NE(held.cause().find("consecutive failed decodes"), std::string::npos) << held.cause();
   EXPECT_GT(held.since(), 1e9);  // unix seconds
   for (const auto& [name, l] : links) {
-    if (name != "p0->d0") EXPECT_EQ(l.state(), "serving") << name;
+    if (name != "p0->d0") {
+      EXPECT_EQ(l.state(), "serving") << name;
+    }
   }
   EXPECT_GT(links["p1->d0"].successes(), 0);
   EXPECT_GT(links["p0->d1"].successes() + links["p0->d2"].successes(), 0);
