@@ -55,6 +55,7 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
       journal_(journal),
       events_(events),
       book_(settings.engines, settings.recovery, settings.engine_contract.has_value()),
+      links_(settings.engines, settings.links, settings.recovery.readmit_interval_s, clock.Now()),
       gauges_(settings.engines.size()),
       inflight_(settings.engines.size(), {0, 0}),
       reserved_(settings.engines.size(), 0) {
@@ -81,6 +82,7 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
     }
     PublishLocked(i);
   }
+  InitLinkGauges();
 }
 
 std::vector<Candidate> Fleet::CandidatesLocked(Phase phase,
@@ -95,7 +97,11 @@ std::vector<Candidate> Fleet::CandidatesLocked(Phase phase,
     if (std::find(excluded.begin(), excluded.end(), iid) != excluded.end()) continue;
     // Decode load: legs in flight plus legs reserved while their prefill runs.
     const int load = prefill ? inflight_[i][0] : inflight_[i][1] + reserved_[i];
-    candidates.push_back(Candidate{i, load, !avoid.empty() && iid == avoid});
+    // Decode: a consumer whose link from the producer (`avoid`) is held is a
+    // last resort too.
+    const bool last_resort =
+        !avoid.empty() && (iid == avoid || (!prefill && links_.Held(avoid, iid)));
+    candidates.push_back(Candidate{i, load, last_resort});
   }
   return candidates;
 }
@@ -227,6 +233,7 @@ void Fleet::ReleaseSlot(size_t index, Phase phase, bool reserved) {
 
 void Fleet::RecordFailure(const engines::EngineFailure& failure, const std::string& producer) {
   if (failure.breaker_class == BreakerClass::kNone) return;
+  RecordLinkFailure(failure, producer);
   std::vector<BreakerEvent> events;
   {
     std::lock_guard<std::mutex> lock(mu_);

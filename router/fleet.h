@@ -23,12 +23,31 @@
 #include "router/clock.h"
 #include "router/event_bus.h"
 #include "router/journal.h"
+#include "router/link_book.h"
 #include "router/metrics.h"
 #include "router/placement.h"
 #include "router/prefix_index.h"
 #include "router/settings.h"
 
 namespace narwhal::router {
+
+// A read-only view of one producer→consumer link (admin API, tests).
+struct LinkSnapshot {
+  std::string producer;
+  std::string consumer;
+  LinkState state = LinkState::kServing;
+  double since = 0;  // unix seconds the state began
+  std::string cause;
+  int streak = 0;
+  long long successes = 0;
+  long long failures = 0;
+  std::optional<double> last_success_age_s;
+  std::optional<double> last_failure_age_s;
+  std::string last_failure;
+  std::optional<double> next_probe_in_s;
+  int probe_failures = 0;
+  bool probe_running = false;
+};
 
 // A read-only view of one engine (admin API, /ready, tests).
 struct EngineSnapshot {
@@ -130,6 +149,15 @@ class Fleet {
   void RecordFailure(const engines::EngineFailure& failure, const std::string& producer = "");
   void RecordSuccess(const std::string& iid, Success kind);
 
+  // --- per-link health (fleet_links.cc; router/link_book.h) ---
+  // A crossed decode producer→consumer reached [DONE]. (Failures are
+  // attributed by RecordFailure.)
+  void RecordLinkSuccess(const std::string& producer, const std::string& consumer);
+  std::vector<LinkProbeTask> TakeDueLinkProbes();
+  void CompleteLinkProbe(const LinkProbeTask& task, LinkProbeOutcome outcome,
+                         const std::string& detail);
+  std::vector<LinkSnapshot> Links() const;
+
   // --- fleet monitor ---
   // Probes due now (marked running), and timed holds that expired.
   std::vector<ProbeTask> TakeDueProbes();
@@ -182,6 +210,10 @@ class Fleet {
   // Metrics, journal and event bus for breaker events (called without mu_).
   void Emit(const std::vector<BreakerEvent>& events);
   EngineSnapshot SnapshotLocked(size_t i, MonoTime now) const;
+  // Link evidence from a failed crossed decode; link gauges and events.
+  void RecordLinkFailure(const engines::EngineFailure& failure, const std::string& producer);
+  void InitLinkGauges();
+  void EmitLinks(const std::vector<LinkEvent>& events);
 
   // Cached series per engine; null without metrics.
   struct EngineGauges {
@@ -200,6 +232,8 @@ class Fleet {
   EventBus* events_;
   mutable std::mutex mu_;
   BreakerBook book_;
+  LinkBook links_;
+  std::vector<prometheus::Gauge*> link_gauges_;  // per link; empty without metrics
   std::vector<EngineGauges> gauges_;
   std::vector<std::array<int, 2>> inflight_;  // [engine][phase]
   std::vector<int> reserved_;                 // [engine] decode legs placed before their prefill

@@ -33,6 +33,9 @@ void FleetMonitor::Loop() {
     for (const ProbeTask& task : fleet_.TakeDueProbes()) {
       probes_->Run([this, task] { prober_.Run(task); });
     }
+    for (const LinkProbeTask& task : fleet_.TakeDueLinkProbes()) {
+      probes_->Run([this, task] { prober_.RunLink(task); });
+    }
     lock.lock();
     cv_.wait_for(lock, tick_, [&] { return stop_; });
   }

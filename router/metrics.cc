@@ -122,7 +122,11 @@ Metrics::Metrics(prometheus::Registry& r)
                           .Name("narwhal_engine_inflight")
                           .Help("Legs running on an engine, by phase.")
                           .Register(r)),
-      placement(r) {
+      placement(r),
+      link_held(prometheus::BuildGauge()
+                    .Name("narwhal_link_held")
+                    .Help("1 while a producer->consumer link is held out of decode placement.")
+                    .Register(r)) {
   for (std::string_view reason : kAbandonReasonNames) {
     handoffs_abandoned_total.Add({{"reason", std::string(reason)}});
   }

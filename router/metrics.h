@@ -54,6 +54,8 @@ class Metrics {
 
   // Placement: decisions_total{phase, reason}, prefix_match_ratio
   PlacementMetrics placement;
+  // Links
+  prometheus::Family<prometheus::Gauge>& link_held;  // {producer, consumer}
 };
 
 }  // namespace narwhal::router

@@ -125,6 +125,47 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
   return r;
 }
 
+ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {
+  const engines::EngineTarget producer = fleet_.Target(task.producer);
+  const engines::EngineTarget consumer = fleet_.Target(task.consumer);
+  const engines::Api api = engines::Api::kCompletions;
+  const nlohmann::json body = {{"model", settings_.model},
+                               {"prompt", "narwhal-" + std::to_string(++counter_) +
+                                              " link verification"},
+                               {"max_tokens", 1}};
+  ProbeResult r;
+  r.producer = producer.iid;
+  engines::PrefillOutcome pre = client_.Prefill(producer, api, body, ProbeLeg("p"));
+  if (!pre.ok()) {
+    r.outcome = ProbeOutcome::kInconclusive;
+    r.detail = "producer " + producer.iid + " failed: " + pre.failure->detail;
+    return r;
+  }
+  DiscardObserver observer;
+  engines::DecodeOutcome dec =
+      client_.Decode(consumer, *pre.result, body, false, ProbeLeg("d"), observer);
+  if (dec.ok()) {
+    r.outcome = ProbeOutcome::kPassed;
+    r.detail = consumer.iid + " decoded a handoff from " + producer.iid;
+  } else if (dec.failure->evidence_iid == producer.iid) {
+    r.outcome = ProbeOutcome::kInconclusive;
+    r.detail = "producer " + producer.iid + "'s handoff was at fault: " + dec.failure->detail;
+  } else {
+    r.outcome = ProbeOutcome::kFailed;
+    r.detail = dec.failure->detail;
+  }
+  return r;
+}
+
+void Prober::RunLink(const LinkProbeTask& task) {
+  const ProbeResult r = ProbeLink(task);
+  const LinkProbeOutcome outcome = r.outcome == ProbeOutcome::kPassed ? LinkProbeOutcome::kPassed
+                                   : r.outcome == ProbeOutcome::kFailed
+                                       ? LinkProbeOutcome::kFailed
+                                       : LinkProbeOutcome::kInconclusive;
+  fleet_.CompleteLinkProbe(task, outcome, r.detail);
+}
+
 void Prober::Run(const ProbeTask& task) {
   const engines::EngineTarget target = fleet_.Target(task.index);
   const EngineSnapshot snapshot = fleet_.Snapshot()[task.index];

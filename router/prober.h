@@ -13,6 +13,10 @@
 //               prefill-side hold the engine produces and a live consumer
 //               decodes. With engine_contract configured a passed probe also
 //               runs lifecycle validation.
+//   link      - a held producer->consumer link (router/link_book.h): a
+//               one-token prefill on the producer whose handoff the
+//               consumer decodes; a failed prefill (or a handoff the decode
+//               blames on the producer) is inconclusive.
 // Blocking; runs on the FleetMonitor's probe threads. Thread-safe.
 #ifndef NARWHAL_ROUTER_PROBER_H_
 #define NARWHAL_ROUTER_PROBER_H_
@@ -41,7 +45,11 @@ class Prober {
   // Runs `task` and reports the result to the fleet.
   void Run(const ProbeTask& task);
 
+  // Runs a link probe and reports the result to the fleet.
+  void RunLink(const LinkProbeTask& task);
+
   // The checks themselves (exposed for tests and operator readmission).
+  ProbeResult ProbeLink(const LinkProbeTask& task);
   ProbeResult Health(const engines::EngineTarget& target, bool lifecycle);
   ProbeResult Inference(const ProbeTask& task, bool lifecycle);
 

@@ -340,6 +340,9 @@ class Router::Run {
 
     if (decode.ok()) {
       r_.fleet_.RecordSuccess(consumer_target.iid, Success::kDecodeDone);
+      if (consumer_target.iid != producer_target.iid) {
+        r_.fleet_.RecordLinkSuccess(producer_target.iid, consumer_target.iid);
+      }
       // "completed" means the client took the whole stream, not only that
       // the engine finished it.
       bool drained = true;

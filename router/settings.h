@@ -142,6 +142,12 @@ struct RecoverySettings {
   RestartPolicy engine_restart_policy = RestartPolicy::kIndividual;
 };
 
+// Per-link health (router/link_book.h).
+struct LinkSettings {
+  int hold_after = 3;   // consecutive failed decodes over one link before it may be held
+  double window_s = 60; // how recent the engines' successes with other peers must be
+};
+
 struct Settings {
   std::string model;  // served model name (required)
   ListenSettings listen;
@@ -155,6 +161,7 @@ struct Settings {
   TlsSettings tls;
   HandoffSettings handoff;
   PlacementSettings placement;
+  LinkSettings links;
 };
 
 }  // namespace narwhal::router

@@ -699,6 +699,31 @@ grpc::ServerUnaryReactor* AdminService::ListQuarantine(grpc::CallbackServerConte
   return FinishNow(context, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* context,
+                                                  const pb::ListLinksRequest* request,
+                                                  pb::ListLinksResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  for (const router::LinkSnapshot& l : fleet_.Links()) {
+    if (request->held_only() && l.state != router::LinkState::kHeld) continue;
+    pb::Link* out = response->add_links();
+    out->set_producer(l.producer);
+    out->set_consumer(l.consumer);
+    out->set_state(std::string(router::LinkStateName(l.state)));
+    out->set_since(l.since);
+    out->set_cause(l.cause);
+    out->set_streak(l.streak);
+    out->set_successes(l.successes);
+    out->set_failures(l.failures);
+    if (l.last_success_age_s) out->set_last_success_age_s(*l.last_success_age_s);
+    if (l.last_failure_age_s) out->set_last_failure_age_s(*l.last_failure_age_s);
+    out->set_last_failure(l.last_failure);
+    if (l.next_probe_in_s) out->set_next_probe_in_s(*l.next_probe_in_s);
+    out->set_probe_failures(l.probe_failures);
+    out->set_probe_running(l.probe_running);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
 grpc::ServerUnaryReactor* AdminService::RunPreflight(grpc::CallbackServerContext* context,
                                                      const pb::RunPreflightRequest* request,
                                                      pb::PreflightReport* response) {

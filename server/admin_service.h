@@ -98,6 +98,9 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
       grpc::CallbackServerContext* context,
       const narwhal::admin::v1::ListQuarantineRequest* request,
       narwhal::admin::v1::ListQuarantineResponse* response) override;
+  grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* context,
+                                      const narwhal::admin::v1::ListLinksRequest* request,
+                                      narwhal::admin::v1::ListLinksResponse* response) override;
   grpc::ServerUnaryReactor* RunPreflight(grpc::CallbackServerContext* context,
                                          const narwhal::admin::v1::RunPreflightRequest* request,
                                          narwhal::admin::v1::PreflightReport* response) override;

@@ -930,6 +930,12 @@ void ValidatePlacement(const Fields& f, router::PlacementSettings* out) {
   f.Number(P::kImbalanceRelFieldNumber, &out->imbalance_rel);
 }
 
+void ValidateLinks(const Fields& f, router::LinkSettings* out) {
+  using L = pb::Links;
+  f.Int(L::kHoldAfterFieldNumber, &out->hold_after);
+  f.Number(L::kWindowSFieldNumber, &out->window_s);
+}
+
 // A handoff older than the producer's lease has lost its blocks, so the
 // router's age limit is below the lease: an explicit one must be, and 0
 // (the default) becomes 80% of the lease, capped by the request deadline.
@@ -979,6 +985,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
     ValidateLimits(section(F::kLimitsFieldNumber, config.limits()), &s.limits);
   }
   if (config.has_tls()) ValidateTls(section(F::kTlsFieldNumber, config.tls()), &s.tls);
+  if (config.has_links()) {
+    ValidateLinks(section(F::kLinksFieldNumber, config.links()), &s.links);
+  }
   bool lease_ok = true;
   if (config.has_handoff()) {
     lease_ok = ValidateHandoff(section(F::kHandoffFieldNumber, config.handoff()), &s.handoff);
@@ -1164,6 +1173,8 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   placement->set_index_chunks(s.placement.index_chunks);
   placement->set_imbalance_abs(s.placement.imbalance_abs);
   placement->set_imbalance_rel(s.placement.imbalance_rel);
+  c.mutable_links()->set_hold_after(s.links.hold_after);
+  c.mutable_links()->set_window_s(s.links.window_s);
   return c;
 }
 

@@ -118,7 +118,10 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
   }
   const KindInfo& info = InfoOf(*kind);
   for (const auto& [key, value] : json.items()) {
-    if (key == "kind" || key == "phase" || key == "times") continue;
+    if (key == "kind" || key == "phase" || key == "times" ||
+        key == "remote_engine_id") {
+      continue;
+    }
     if (info.params.count(key) == 0) {
       const std::string allowed =
           info.params.empty() ? std::string("none")
@@ -159,6 +162,21 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
           absl::StrCat(path, ".times: must be a positive integer or -1"));
     }
     rule.times = times;
+  }
+
+  if (json.contains("remote_engine_id")) {
+    const nlohmann::json& id = json["remote_engine_id"];
+    if (!id.is_string() || id.get<std::string>().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ".remote_engine_id: must be a non-empty string"));
+    }
+    if (IsDescriptorKind(rule.kind)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".remote_engine_id: kind \"", kind_name,
+                       "\" applies to prefill requests, which carry no "
+                       "remote_engine_id"));
+    }
+    rule.remote_engine_id = id.get<std::string>();
   }
 
   absl::Status status;
@@ -252,8 +270,13 @@ bool IsDescriptorKind(FaultKind kind) {
          kind == FaultKind::kMalformedBlockIds;
 }
 
-bool FaultRule::Matches(Phase request_phase) const {
+bool FaultRule::Matches(Phase request_phase,
+                        absl::string_view request_remote_engine_id) const {
   if (times == 0) return false;
+  if (!remote_engine_id.empty() &&
+      request_remote_engine_id != remote_engine_id) {
+    return false;
+  }
   if (IsDescriptorKind(kind) && request_phase != Phase::kPrefill) return false;
   switch (phase) {
     case PhaseFilter::kPrefill:
@@ -271,6 +294,7 @@ nlohmann::json FaultRule::ToJson() const {
                          {"phase", std::string(PhaseFilterName(phase))},
                          {"times", times},
                          {"fired", fired}};
+  if (!remote_engine_id.empty()) json["remote_engine_id"] = remote_engine_id;
   switch (kind) {
     case FaultKind::kDelayHeaders:
       json["ms"] = ms;
@@ -353,10 +377,11 @@ void FaultBook::Clear() {
   rules_.clear();
 }
 
-std::optional<FaultRule> FaultBook::Take(Phase phase) {
+std::optional<FaultRule> FaultBook::Take(
+    Phase phase, absl::string_view remote_engine_id) {
   absl::MutexLock lock(&mu_);
   for (FaultRule& rule : rules_) {
-    if (!rule.Matches(phase)) continue;
+    if (!rule.Matches(phase, remote_engine_id)) continue;
     if (rule.times > 0) --rule.times;
     ++rule.fired;
     return rule;

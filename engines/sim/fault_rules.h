@@ -25,6 +25,9 @@
 //   slow_tokens {interval_ms (required)}
 // The three descriptor kinds only ever match prefill-phase requests: phase
 // "decode" is rejected for them, and "any" means the prefill phase.
+// Any other rule may carry {"remote_engine_id": ID}: it then matches only
+// requests whose kv_transfer_params.remote_engine_id is exactly ID (decodes
+// of handoffs from that one producer).
 //
 // Matching (FaultBook::Take): rules are tried in the order they were added;
 // the first rule whose phase matches the request and whose remaining `times`
@@ -97,9 +100,14 @@ struct FaultRule {
   nlohmann::json code = 500;
   // malformed_block_ids: the remote_block_ids value to emit, when given.
   std::optional<nlohmann::json> block_ids;
+  // When non-empty: only requests whose kv_transfer_params.remote_engine_id
+  // equals it match.
+  std::string remote_engine_id;
 
-  // True when a request of `phase` is subject to this rule.
-  bool Matches(Phase request_phase) const;
+  // True when a request of `phase` (whose descriptor names the producer
+  // `request_remote_engine_id`, "" for none) is subject to this rule.
+  bool Matches(Phase request_phase,
+               absl::string_view request_remote_engine_id = "") const;
 
   // The rule as GET /sim/faults lists it: kind, phase, times, fired and the
   // kind's parameters with their effective values.
@@ -122,7 +130,8 @@ class FaultBook {
   absl::Status Append(std::vector<FaultRule> rules);
   void Clear();
   // The rule that fires for a request of `phase`, if any (see file comment).
-  std::optional<FaultRule> Take(Phase phase);
+  std::optional<FaultRule> Take(Phase phase,
+                                absl::string_view remote_engine_id = "");
   // {"faults": [rule.ToJson(), ...]}
   nlohmann::json ToJson() const;
 

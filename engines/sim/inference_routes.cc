@@ -92,7 +92,7 @@ void HandleInference(EngineState& state, Api api, const httplib::Request& req,
   }
   InferenceRequest& request = parsed.request;
   const Phase phase = request.phase();
-  std::optional<FaultRule> fault = state.faults.Take(phase);
+  std::optional<FaultRule> fault = state.faults.Take(phase, request.kv.remote_engine_id);
   state.requests.Update(seq, [&](RequestRecord& r) {
     r.phase = std::string(PhaseName(phase));
     if (fault.has_value()) r.fault = std::string(FaultKindName(fault->kind));

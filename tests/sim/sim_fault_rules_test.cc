@@ -165,5 +165,27 @@ TEST(SimFaultRulesTest, ClearAndCapacity) {
   EXPECT_TRUE(book.ToJson()["faults"].empty());
 }
 
+TEST(SimFaultRulesTest, RemoteEngineIdMatchesOnlyThatProducersHandoffs) {
+  FaultBook book;
+  ASSERT_TRUE(book.Append(Parse(R"({"faults":[{"kind":"http_status","status":500,
+      "phase":"decode","remote_engine_id":"p0","times":-1}]})"))
+                  .ok());
+  EXPECT_FALSE(book.Take(Phase::kDecode, "p1").has_value());
+  EXPECT_FALSE(book.Take(Phase::kDecode, "").has_value());
+  EXPECT_FALSE(book.Take(Phase::kPrefill, "p0").has_value());
+  EXPECT_TRUE(book.Take(Phase::kDecode, "p0").has_value());
+  EXPECT_TRUE(book.Take(Phase::kDecode, "p0").has_value());
+  EXPECT_EQ(book.ToJson()["faults"][0]["remote_engine_id"], "p0");
+  EXPECT_EQ(book.ToJson()["faults"][0]["fired"], 2);
+}
+
+TEST(SimFaultRulesTest, RemoteEngineIdMustBeANonEmptyStringOnANonDescriptorKind) {
+  EXPECT_EQ(ErrorOf(R"({"faults":[{"kind":"drop_connection","remote_engine_id":3}]})"),
+            "faults[0].remote_engine_id: must be a non-empty string");
+  EXPECT_EQ(ErrorOf(R"({"faults":[{"kind":"drop_connection","remote_engine_id":""}]})"),
+            "faults[0].remote_engine_id: must be a non-empty string");
+  EXPECT_NE(ErrorOf(R"({"faults":[{"kind":"no_descriptor","remote_engine_id":"p0"}]})"), "ok");
+}
+
 }  // namespace
 }  // namespace narwhal::sim
