@@ -37,8 +37,10 @@ UNIT_TARGETS=(
   sim_test
   config_loader_test readme_config_test json_depth_test idle_memory_release_test
   runtime_tuning_test
-  breaker_book_test fleet_prober_test
+  breaker_book_test fleet_prober_test link_book_test fleet_links_test
+  handoff_release_test placement_test
   api_key_test request_limits_test config_limits_test config_loader_tls_test
+  client_request_id_test process_metrics_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test
@@ -49,13 +51,15 @@ COMPONENT_TARGETS=(
   admin_service_test watch_limits_test
 )
 E2E_TARGETS=(narwhal_e2e_test narwhal_security_e2e_test admin_e2e_test breaker_e2e_test
-  preflight_e2e_test narwhal_e2e_tls_test)
+  preflight_e2e_test narwhal_e2e_tls_test narwhal_cli_test narwhal_e2e_health_test
+  narwhal_e2e_ops_test narwhal_placement_e2e_test)
 # ThreadSanitizer: no gRPC and no narwhal-sim in the path (see above).
 TSAN_TARGETS=(
   router_test router_parts_test assembler_test journal_test preflight_test
   leg_timer_test cancel_token_test sse_reader_test stream_event_test connector_test
   beast_engine_client_fake_time_test http_door_test
   breaker_book_test fleet_prober_test idle_memory_release_test
+  handoff_release_test placement_test fleet_links_test
 )
 
 case "$mode" in
