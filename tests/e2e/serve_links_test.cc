@@ -63,8 +63,10 @@ class ServeLinksTest : public E2eTest {
 };
 
 TEST_F(ServeLinksTest, AConsumerFailingOnlyWithOneProducerGetsItsLinkHeldAndBothEnginesServe) {
-  // Placement spreads sequential requests over every pair: prefill
-  // alternates p0/p1, decode cycles d0/d1/d2, so p0->d0 is every 6th request.
+  // Least-loaded placement spreads sequential requests over every pair:
+  // prefill alternates p0/p1, decode cycles d0/d1/d2, so p0->d0 is every 6th
+  // request. Releases are off: a release leg holds a decode reservation on
+  // d1 or d2 while it runs, which would steer the next decode to d0.
   SetFaults("d0", {{"faults",
                     {{{"kind", "http_status"},
                       {"status", 500},
@@ -75,6 +77,8 @@ TEST_F(ServeLinksTest, AConsumerFailingOnlyWithOneProducerGetsItsLinkHeldAndBoth
   ServeProcess& router =
       StartRouter({"p0", "p1", "d0", "d1", "d2"},
                   {{"recovery", {{"eject_after", 3}, {"readmit_interval_s", 0.3}}},
+                   {"placement", {{"prefill", "least_loaded"}}},
+                   {"handoff", {{"release", "off"}}},
                    {"links", {{"hold_after", 3}, {"window_s", 60}}}});
   // Every crossed link is exported at zero from the start.
   for (const std::string p : {"p0", "p1"}) {
