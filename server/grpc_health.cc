@@ -20,7 +20,12 @@ void EnableGrpcHealthService() {
 GrpcHealth::GrpcHealth(std::vector<Target> targets, std::function<bool()> ready,
                        std::chrono::milliseconds period)
     : targets_(std::move(targets)), ready_(std::move(ready)), period_(period) {
-  for (Target& t : targets_) t.services.insert(t.services.begin(), "");
+  for (Target& t : targets_) {
+    t.services.insert(t.services.begin(), "");
+    if (grpc::HealthCheckServiceInterface* h = t.server->GetHealthCheckService()) {
+      h->SetServingStatus(kLivenessService, true);
+    }
+  }
   Set(false);
   thread_ = std::thread([this] { Loop(); });
 }

@@ -2,7 +2,10 @@
 // Watch) on the inference and admin servers in step with the router's
 // readiness. Each server answers for "" and for each full service name it
 // serves: SERVING while `ready()` holds, NOT_SERVING before (start-up) and
-// once Drain() is called (for good). A background thread re-reads
+// once Drain() is called (for good). Each server also answers for
+// kLivenessService, SERVING from construction until Drain() whatever the
+// fleet's state: a liveness probe (Kubernetes') must not restart a router
+// because its engines are down. A background thread re-reads
 // readiness every `period` (readiness can change with time alone, e.g. when
 // a quarantine ends) and logs every change.
 //
@@ -30,6 +33,9 @@ void EnableGrpcHealthService();
 
 class GrpcHealth {
  public:
+  // The process is up and serving its listeners (not the fleet's readiness).
+  static constexpr char kLivenessService[] = "narwhal.liveness";
+
   struct Target {
     grpc::Server* server = nullptr;
     std::vector<std::string> services;  // full names; "" is always added

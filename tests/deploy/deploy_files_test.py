@@ -112,6 +112,8 @@ class KubernetesManifestTest(unittest.TestCase):
         self.assertEqual(ports.get(ready["port"], ready["port"]), ports["http"])
         live = c["livenessProbe"]["grpc"]
         self.assertEqual(live["port"], ports["grpc"])
+        # "" follows readiness: liveness names the process-only service.
+        self.assertEqual(live.get("service"), "narwhal.liveness")
         self.assertNotIn("httpGet", c["livenessProbe"])
 
     def test_grace_period_covers_prestop_and_graceful_timeout(self):

@@ -58,6 +58,11 @@ TEST_F(ServeHealthTest, NotServingWhileARoleHasNoCheckedEngine) {
   }
   EXPECT_EQ(Check(router.grpc_port(), kInference).status, HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(Check(router.admin_port(), kAdmin).status, HealthCheckResponse::NOT_SERVING);
+  // Liveness is the process's, not the fleet's: SERVING on both ports.
+  for (int port : {router.grpc_port(), router.admin_port()}) {
+    EXPECT_EQ(Check(port, "narwhal.liveness").status, HealthCheckResponse::SERVING)
+        << "port " << port;
+  }
   const HttpResult ready = HttpGet(router.http_port(), "/ready");
   EXPECT_EQ(ready.status, 503) << ready.body;
   EXPECT_NE(ready.body.find("decode"), std::string::npos) << ready.body;
