@@ -275,7 +275,12 @@ class Router::Run {
     engines::PrefillOutcome prefill = co_await r_.engines_.Prefill(
         producer_target, request_.api, request_.body, prefill_options);
     producer->Release();
-    if (!prefill.ok()) co_return OnFailure(attempt, *prefill.failure, /*output_started=*/false);
+    if (!prefill.ok()) {
+      // Finishing may let the router (and its fleet) go: no reservation may
+      // outlive it in this frame.
+      planned.reset();
+      co_return OnFailure(attempt, *prefill.failure, /*output_started=*/false);
+    }
 
     const MonoTime prefill_done = r_.clock_.Now();
     ttft_s_ = engines::Seconds(prefill_done - request_.arrived);  // B9
@@ -293,6 +298,7 @@ class Router::Run {
     }
     if (consumer) decode_placement_ = consumer->reason();
     if (!consumer) {
+      planned.reset();
       Abandon(*prefill.result, AbandonReason::kNoConsumer, handoff_start, {});
       FinishNoEngine(Phase::kDecode);
       co_return false;
