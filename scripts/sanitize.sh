@@ -41,6 +41,7 @@ UNIT_TARGETS=(
   handoff_release_test placement_test
   api_key_test request_limits_test config_limits_test config_loader_tls_test
   client_request_id_test process_metrics_test
+  admission_test http_generation_request_test grpc_call_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test

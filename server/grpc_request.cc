@@ -17,7 +17,9 @@ using json = nlohmann::json;
 
 GrpcParsedRequest Fail(std::string message, std::string param) {
   GrpcParsedRequest out;
-  out.parsed.error = ClientError{400, std::move(message), std::move(param)};
+  out.parsed.error.status = 400;
+  out.parsed.error.message = std::move(message);
+  out.parsed.error.param = std::move(param);
   return out;
 }
 
@@ -56,7 +58,8 @@ const char* NonFiniteTypedField(const narwhal::v1::GenerateRequest& r) {
 bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
                            narwhal::v1::GenerateRequest* out, DecodeError* error) {
   if (!bytes.Valid()) {
-    *error = {400, "malformed_message", "the call carried no request message"};
+    *error = {400, "malformed_message", "the call carried no request message",
+              /*too_large=*/false};
     return false;
   }
   const size_t size = bytes.Length();
@@ -64,7 +67,8 @@ bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
     *error = {413, "too_large",
               "request message of " + std::to_string(size) +
                   " bytes exceeds serving.max_request_bytes (" + std::to_string(max_bytes) +
-                  " bytes)"};
+                  " bytes)",
+              /*too_large=*/true};
     return false;
   }
   grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable one
@@ -77,6 +81,7 @@ bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
   google::protobuf::UnknownFieldSet wire;
   const bool well_formed = wire_reader.status().ok() && wire.ParseFromZeroCopyStream(&wire_reader);
   error->status = 400;
+  error->too_large = false;
   error->reason = "malformed_message";
   error->message =
       well_formed ? "request message is not a valid narwhal.v1.GenerateRequest: a string field "

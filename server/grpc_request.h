@@ -23,6 +23,7 @@ struct DecodeError {
   int status = 400;
   std::string reason;
   std::string message;
+  bool too_large = false;  // over the limit (the 413), else not decodable
 };
 
 // Parses `bytes` into `out`. False, with `error` set, when the message is

@@ -7,8 +7,7 @@
 
 #include "google/rpc/status.pb.h"
 #include "server/client_request_id.h"
-#include "server/api_key.h"
-#include "server/grpc_request.h"
+#include "server/grpc_call.h"
 #include "server/grpc_sink.h"
 #include "server/status_table.h"
 #include "server/wake_link.h"
@@ -38,9 +37,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   GenerateReactor(InferenceService& service, grpc::CallbackServerContext* context,
                   const grpc::ByteBuffer& request)
       : link_(std::make_shared<WakeLink<GenerateReactor>>(this)) {
-    InferenceService::Admission admission = service.Admit(context, request, /*stream=*/true);
-    if (!admission.ok) {
-      Finish(GrpcStatusFor(admission.refusal, admission.request.rid));
+    AdmissionResult admission = service.Admit(context, request, /*stream=*/true);
+    if (!admission.admitted()) {
+      Finish(GrpcStatusFor(admission.outcome, admission.request.rid));
       return;
     }
     rid_ = admission.request.rid;
@@ -138,10 +137,10 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
   CompleteReactor(InferenceService& service, grpc::CallbackServerContext* context,
                   const grpc::ByteBuffer& request, grpc::ByteBuffer* response)
       : link_(std::make_shared<WakeLink<CompleteReactor>>(this)), response_(response) {
-    InferenceService::Admission admission = service.Admit(context, request, /*stream=*/false);
-    if (!admission.ok) {
+    AdmissionResult admission = service.Admit(context, request, /*stream=*/false);
+    if (!admission.admitted()) {
       finished_ = true;
-      Finish(GrpcStatusFor(admission.refusal, admission.request.rid));
+      Finish(GrpcStatusFor(admission.outcome, admission.request.rid));
       return;
     }
     rid_ = admission.request.rid;
@@ -204,17 +203,6 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
   bool finished_ = false;
 };
 
-router::Outcome Refusal(int status, router::ErrorType type, std::string reason,
-                        std::string message) {
-  router::Outcome o;
-  o.terminal = status == 401 ? router::Terminal::kRejected : router::Terminal::kInvalid;
-  o.status = status;
-  o.error_type = type;
-  o.reason = std::move(reason);
-  o.message = std::move(message);
-  return o;
-}
-
 }  // namespace
 
 grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& request_id) {
@@ -240,7 +228,8 @@ InferenceService::InferenceService(const router::Settings& settings, router::Rou
       router_(router),
       clock_(clock),
       loops_(loops),
-      api_key_(std::move(api_key)) {}
+      book_(router),
+      admission_(settings, clock, std::move(api_key), book_) {}
 
 std::shared_ptr<GrpcSink> InferenceService::NewSink() {
   return std::make_shared<GrpcSink>(clock_);
@@ -251,88 +240,24 @@ void InferenceService::Submit(router::Request request, std::shared_ptr<GrpcSink>
   router_.Submit(std::move(request), std::move(sink), loops_.Next());
 }
 
-InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext* context,
-                                                    const grpc::ByteBuffer& message,
-                                                    bool stream) {
-  Admission a;
-  router::Request& r = a.request;
-  r.rid = router_.NewRequestId();
-  r.door = router::Door::kGrpc;
-  r.arrived = clock_.Now();
-  r.arrived_wall = clock_.WallNow();
-  r.stream = stream;
-  r.deadline = r.arrived + engines::FromSeconds(settings_.serving.request_timeout_s);
-  // The gRPC deadline is wall-clock; convert the time left once.
-  const auto grpc_deadline = context->deadline();
-  if (grpc_deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = grpc_deadline - std::chrono::system_clock::now();
-    r.deadline = std::min(r.deadline,
-                          r.arrived + std::chrono::duration_cast<engines::MonoClock::duration>(left));
-  }
-  context->AddInitialMetadata("x-request-id", r.rid);
-
+AdmissionResult InferenceService::Admit(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer& message, bool stream) {
   // Decoded first, so that even a refusal for the API key keeps the
   // client's request_id; a message that does not decode is refused after
   // the key check.
-  narwhal::v1::GenerateRequest req;
-  DecodeError decode_error;
-  const bool decoded =
-      DecodeGenerateRequest(message, settings_.serving.max_request_bytes, &req, &decode_error);
-  // The client's id: the message's request_id, else x-request-id metadata;
-  // kept (and echoed) only when sane.
-  if (decoded) r.client_rid = SaneClientRequestId(req.request_id());
-  if (r.client_rid.empty() && !(decoded && !req.request_id().empty())) {
-    const auto& md = context->client_metadata();
-    if (auto it = md.find("x-request-id"); it != md.end()) {
-      r.client_rid = SaneClientRequestId(std::string_view(it->second.data(), it->second.size()));
-    }
+  const GrpcCall call = DecodeGrpcCall(message, stream, settings_.serving.max_request_bytes);
+  // The gRPC deadline is wall-clock; the time left is converted once.
+  const DoorRequest door = GrpcDoorRequest(call, context->client_metadata(), context->deadline(),
+                                           std::chrono::system_clock::now());
+  AdmissionResult result = admission_.Admit(door, [&] {
+    const bool client_gone = !call.decoded && context->IsCancelled();
+    return GrpcDoorBody(call, client_gone, settings_);
+  });
+  context->AddInitialMetadata("x-request-id", result.request.rid);
+  if (!result.request.client_rid.empty()) {
+    context->AddInitialMetadata(kClientRequestIdHeader, result.request.client_rid);
   }
-  if (!r.client_rid.empty()) context->AddInitialMetadata(kClientRequestIdHeader, r.client_rid);
-  if (decoded && req.input_case() == narwhal::v1::GenerateRequest::kMessages) {
-    r.api = engines::Api::kChatCompletions;
-  }
-
-  if (!api_key_.empty()) {
-    const auto& md = context->client_metadata();
-    auto it = md.find("authorization");
-    if (it == md.end() ||
-        !BearerMatches(std::string_view(it->second.data(), it->second.size()), api_key_)) {
-      a.refusal = Refusal(401, router::ErrorType::kUnauthorized, "unauthorized",
-                          "invalid or missing API key");
-      router_.RecordRefused(r, a.refusal);
-      return a;
-    }
-  }
-  if (!decoded && context->IsCancelled()) {
-    // The client went away before its message arrived: nothing was wrong
-    // with what it sent (B19), so the row says cancelled, not invalid.
-    a.refusal.terminal = router::Terminal::kCancelled;
-    a.refusal.status = 499;
-    a.refusal.error_type = router::ErrorType::kNone;
-    a.refusal.reason = "cancelled";
-    a.refusal.message = "client went away before its request arrived";
-    router_.RecordRefused(r, a.refusal);
-    return a;
-  }
-  if (!decoded) {
-    a.refusal = Refusal(decode_error.status, router::ErrorType::kInvalidRequest,
-                        std::move(decode_error.reason), std::move(decode_error.message));
-    router_.RecordRefused(r, a.refusal);
-    return a;
-  }
-  GrpcParsedRequest parsed =
-      TranslateGenerateRequest(req, stream, settings_.model, settings_.limits);
-  r.api = parsed.api;
-  if (!parsed.parsed.ok) {
-    const ClientError& e = parsed.parsed.error;
-    a.refusal = Refusal(e.status, router::ErrorType::kInvalidRequest,
-                        e.status == 404 ? "model_not_found" : "invalid_request", e.message);
-    router_.RecordRefused(r, a.refusal);
-    return a;
-  }
-  r.body = std::move(parsed.parsed.body);
-  a.ok = true;
-  return a;
+  return result;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(

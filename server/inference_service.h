@@ -29,6 +29,7 @@
 #include "router/outcome.h"
 #include "router/router.h"
 #include "router/settings.h"
+#include "server/admission.h"
 
 namespace narwhal::server {
 
@@ -55,16 +56,12 @@ class InferenceService final : public RawInferenceService {
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
 
-  // Shared by both reactors: a router::Request for this call, or an outcome
-  // refusing it (bad API key, oversized or undecodable message, bad
-  // request, wrong model) already journaled.
-  struct Admission {
-    bool ok = false;
-    router::Request request;
-    router::Outcome refusal;
-  };
-  Admission Admit(grpc::CallbackServerContext* context, const grpc::ByteBuffer& message,
-                  bool stream);
+  // Shared by both reactors: the call through server/admission — a
+  // router::Request for it, or an outcome refusing it (bad API key,
+  // oversized or undecodable message, bad request, wrong model) already
+  // journaled. Sends x-request-id (and a sane client id) as metadata.
+  AdmissionResult Admit(grpc::CallbackServerContext* context, const grpc::ByteBuffer& message,
+                        bool stream);
 
   router::Router& router() { return router_; }
   std::shared_ptr<GrpcSink> NewSink();
@@ -76,7 +73,8 @@ class InferenceService final : public RawInferenceService {
   router::Router& router_;
   const router::Clock& clock_;
   engines::IoLoops& loops_;
-  const std::string api_key_;
+  RouterBook book_;
+  const RequestAdmission admission_;
 };
 
 // The gRPC status for an outcome: code from the status table, message, and

@@ -11,7 +11,9 @@ using json = nlohmann::json;
 
 ParsedRequest Fail(int status, std::string message, std::string param = "") {
   ParsedRequest p;
-  p.error = ClientError{status, std::move(message), std::move(param)};
+  p.error.status = status;
+  p.error.message = std::move(message);
+  p.error.param = std::move(param);
   return p;
 }
 
@@ -157,7 +159,10 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
   if (model == body.end() || model->is_null()) return Fail(400, "model is required", "model");
   if (!model->is_string()) return Fail(400, "model must be a string", "model");
   if (model->get_ref<const std::string&>() != served_model) {
-    return Fail(404, "The model `" + model->get<std::string>() + "` does not exist.", "model");
+    ParsedRequest unknown =
+        Fail(404, "The model `" + model->get<std::string>() + "` does not exist.", "model");
+    unknown.error.unknown_model = true;
+    return unknown;
   }
 
   if (api == engines::Api::kCompletions) {

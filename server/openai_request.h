@@ -24,6 +24,8 @@ struct ClientError {
   int status = 400;     // 400 or 404
   std::string message;  // e.g. "max_tokens must be an integer >= 1"
   std::string param;    // the offending field, "" when none
+  // The body names a model other than the served one (the 404).
+  bool unknown_model = false;
 };
 
 struct ParsedRequest {

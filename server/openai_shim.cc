@@ -17,13 +17,13 @@
 #include <boost/beast/http/write.hpp>
 #include <prometheus/text_serializer.h>
 
+#include "server/admission.h"
 #include "server/client_request_id.h"
-#include "server/api_key.h"
 #include "server/http/connection.h"
 #include "server/http/connection_tracker.h"
+#include "server/http/generation_request.h"
 #include "server/http/responses.h"
 #include "server/http/routes.h"
-#include "server/openai_request.h"
 #include "server/status_table.h"
 
 namespace narwhal::server {
@@ -35,27 +35,9 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using json = nlohmann::json;
 using router::ErrorType;
-using router::Outcome;
-using router::Terminal;
 
 // How long the accept loop rests when the process is out of descriptors.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(20);
-
-engines::Api ApiForPath(std::string_view path) {
-  return path.find("/chat/") != std::string_view::npos ? engines::Api::kChatCompletions
-                                                       : engines::Api::kCompletions;
-}
-
-Outcome Invalid(int status, std::string reason, std::string message,
-                ErrorType type = ErrorType::kInvalidRequest) {
-  Outcome o;
-  o.terminal = status == 401 ? Terminal::kRejected : Terminal::kInvalid;
-  o.reason = std::move(reason);
-  o.status = status;
-  o.error_type = type;
-  o.message = std::move(message);
-  return o;
-}
 
 }  // namespace
 
@@ -86,7 +68,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
         fleet_(fleet),
         clock_(clock),
         registry_(registry),
-        api_key_(std::move(api_key)),
+        book_(router),
+        admission_(settings, clock, std::move(api_key), book_),
         loops_(loops),
         options_(options),
         created_(static_cast<long long>(clock.WallNow())),
@@ -202,38 +185,22 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   Admission Admit(const HttpRequest& request, std::string_view path) override {
-    const engines::Api api = ApiForPath(path);
-    router::Request r = NewRequest(request, api);
+    AdmissionResult result = admission_.Admit(HttpDoorRequest(request, path), [&] {
+      return HttpDoorBody(request, path, settings_);
+    });
     Admission admission;
-    if (!Authorized(request)) {
-      admission.refusal = RecordRefusal(
-          r, Invalid(401, "unauthorized", "invalid or missing API key", ErrorType::kUnauthorized));
-      return admission;
+    if (result.admitted()) {
+      admission.request = std::move(result.request);
+    } else {
+      admission.refusal = RefusalResponse(result);
     }
-    ParsedRequest parsed =
-        ParseOpenAiRequest(request.body(), api, settings_.model, settings_.limits);
-    if (!parsed.ok) {
-      admission.refusal =
-          RecordRefusal(r,
-                        Invalid(parsed.error.status,
-                                parsed.error.status == 404 ? "model_not_found" : "invalid_request",
-                                parsed.error.message),
-                        parsed.error.param);
-      return admission;
-    }
-    r.stream = parsed.stream;
-    r.body = std::move(parsed.body);
-    admission.request = std::move(r);
     return admission;
   }
 
-  HttpResponse Refuse(const HttpRequest& partial, std::string_view path, int status,
-                      std::string reason, std::string message) override {
-    if (!IsGeneration(partial.method(), path)) {
-      return ErrorResponse(status, ErrorType::kInvalidRequest, message);
-    }
-    router::Request r = NewRequest(partial, ApiForPath(path));
-    return RecordRefusal(r, Invalid(status, std::move(reason), std::move(message)));
+  HttpResponse Refuse(const HttpRequest& partial, std::string_view path,
+                      Refusal refusal) override {
+    if (!IsGeneration(partial.method(), path)) return ErrorResponse(RefusalOutcome(refusal));
+    return RefusalResponse(admission_.Refuse(HttpDoorRequest(partial, path), std::move(refusal)));
   }
 
   engines::Awaitable<void> Serve(router::Request request,
@@ -303,7 +270,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   HttpResponse Models(const HttpRequest& request) {
-    if (!Authorized(request)) {
+    if (!admission_.Authorized(HttpDoorRequest(request, "").authorization)) {
       return ErrorResponse(401, ErrorType::kUnauthorized, "invalid or missing API key");
     }
     return JsonResponse(200, {{"object", "list"},
@@ -313,33 +280,14 @@ class OpenAiShim::Impl final : public HttpRoutes {
                                                      {"owned_by", "narwhal"}}})}});
   }
 
-  router::Request NewRequest(const HttpRequest& request, engines::Api api) {
-    router::Request r;
-    r.rid = router_.NewRequestId();
-    const auto client_rid = request["X-Request-Id"];
-    r.client_rid = SaneClientRequestId(std::string_view(client_rid.data(), client_rid.size()));
-    r.door = router::Door::kHttp;
-    r.api = api;
-    r.arrived = clock_.Now();
-    r.arrived_wall = clock_.WallNow();
-    r.deadline = r.arrived + engines::FromSeconds(settings_.serving.request_timeout_s);
-    return r;
-  }
-
-  // Journals a refused request and renders its error response.
-  HttpResponse RecordRefusal(const router::Request& request, const Outcome& outcome,
-                             const std::string& param = "") {
-    router_.RecordRefused(request, outcome);
-    HttpResponse response = ErrorResponse(outcome, param);
-    response.set("x-request-id", request.rid);
-    if (!request.client_rid.empty()) response.set(kClientRequestIdHeader, request.client_rid);
+  // The error response of a refused (and already journaled) request.
+  static HttpResponse RefusalResponse(const AdmissionResult& result) {
+    HttpResponse response = ErrorResponse(result.outcome, result.refusal->param);
+    response.set("x-request-id", result.request.rid);
+    if (!result.request.client_rid.empty()) {
+      response.set(kClientRequestIdHeader, result.request.client_rid);
+    }
     return response;
-  }
-
-  bool Authorized(const HttpRequest& request) const {
-    if (api_key_.empty()) return true;
-    const auto header = request[http::field::authorization];
-    return BearerMatches(std::string_view(header.data(), header.size()), api_key_);
   }
 
   const router::Settings& settings_;
@@ -347,7 +295,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
   router::Fleet& fleet_;
   const engines::Clock& clock_;
   prometheus::Registry& registry_;
-  const std::string api_key_;
+  RouterBook book_;
+  const RequestAdmission admission_;
   engines::IoLoops& loops_;
   const HttpDoorOptions options_;
   const long long created_;

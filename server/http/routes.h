@@ -19,6 +19,7 @@
 #include "engines/engine_client.h"
 #include "router/request.h"
 #include "router/response_sink.h"
+#include "server/admission.h"
 #include "server/http/responses.h"
 
 namespace narwhal::server {
@@ -42,14 +43,14 @@ class HttpRoutes {
   // A complete request the router core does not serve (/health, /ready,
   // /metrics, /v1/models, unknown paths: 404).
   virtual HttpResponse Plain(const HttpRequest& request, std::string_view path) = 0;
-  // A complete generation request: validated into a router::Request, or
-  // refused (401, 400, 404) and journaled.
+  // A complete generation request: admitted (server/admission) into a
+  // router::Request, or refused (401, 400, 404) and journaled.
   virtual Admission Admit(const HttpRequest& request, std::string_view path) = 0;
-  // A request the connection refused before it was complete (400, 413, 431):
-  // `partial` holds what was parsed. Journaled when it names a generation
-  // route.
-  virtual HttpResponse Refuse(const HttpRequest& partial, std::string_view path, int status,
-                              std::string reason, std::string message) = 0;
+  // A request the connection refused before it was complete (400, 408, 413,
+  // 431): `partial` holds what was parsed. Journaled when it names a
+  // generation route.
+  virtual HttpResponse Refuse(const HttpRequest& partial, std::string_view path,
+                              Refusal refusal) = 0;
   // Runs an admitted request to its end on the calling coroutine's loop
   // (Router::Serve): the response goes to `sink`, whose Finish() has been
   // called when this completes.

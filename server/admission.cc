@@ -1,0 +1,155 @@
+#include "server/admission.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "router/router.h"
+#include "server/api_key.h"
+#include "server/client_request_id.h"
+
+namespace narwhal::server {
+namespace {
+
+using router::ErrorType;
+using router::Terminal;
+
+struct RefusalRow {
+  RefusalKind kind;
+  Terminal terminal;
+  const char* reason;
+  int status;
+  ErrorType error_type;
+};
+
+// One row per kind; RefusalOutcome reads nothing else.
+constexpr RefusalRow kRefusalTable[] = {
+    {RefusalKind::kUnauthorized, Terminal::kRejected, "unauthorized", 401,
+     ErrorType::kUnauthorized},
+    {RefusalKind::kUnknownModel, Terminal::kInvalid, "model_not_found", 404,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kInvalidRequest, Terminal::kInvalid, "invalid_request", 400,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kTooLarge, Terminal::kInvalid, "too_large", 413, ErrorType::kInvalidRequest},
+    {RefusalKind::kMalformedHttp, Terminal::kInvalid, "malformed_http", 400,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kMalformedMessage, Terminal::kInvalid, "malformed_message", 400,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kHeadersTooLarge, Terminal::kInvalid, "headers_too_large", 431,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kHeaderTimeout, Terminal::kInvalid, "header_timeout", 408,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kCancelled, Terminal::kCancelled, "cancelled", 499, ErrorType::kNone},
+};
+
+const RefusalRow& RowFor(RefusalKind kind) {
+  for (const RefusalRow& row : kRefusalTable) {
+    if (row.kind == kind) return row;
+  }
+  return kRefusalTable[2];  // unreachable: every kind has a row (admission_test)
+}
+
+}  // namespace
+
+router::Outcome RefusalOutcome(const Refusal& refusal) {
+  const RefusalRow& row = RowFor(refusal.kind);
+  router::Outcome o;
+  o.terminal = row.terminal;
+  o.reason = row.reason;
+  o.status = row.status;
+  o.error_type = row.error_type;
+  o.message = refusal.message;
+  return o;
+}
+
+Refusal RefusalFor(const ClientError& error) {
+  Refusal r;
+  r.kind = error.unknown_model ? RefusalKind::kUnknownModel : RefusalKind::kInvalidRequest;
+  r.message = error.message;
+  r.param = error.param;
+  return r;
+}
+
+std::string RouterBook::NewRequestId() { return router_.NewRequestId(); }
+
+void RouterBook::RecordRefused(const router::Request& request, const router::Outcome& outcome) {
+  router_.RecordRefused(request, outcome);
+}
+
+DoorBody DoorBodyFrom(engines::Api api, ParsedRequest parsed) {
+  DoorBody out;
+  out.api = api;
+  if (!parsed.ok) {
+    out.refusal = RefusalFor(parsed.error);
+    return out;
+  }
+  out.stream = parsed.stream;
+  out.body = std::move(parsed.body);
+  return out;
+}
+
+RequestAdmission::RequestAdmission(const router::Settings& settings, const engines::Clock& clock,
+                                   std::string api_key, AdmissionBook& book,
+                                   const ModelLimits* model_limits)
+    : settings_(settings),
+      clock_(clock),
+      api_key_(std::move(api_key)),
+      book_(book),
+      model_limits_(model_limits) {}
+
+bool RequestAdmission::Authorized(std::optional<std::string_view> authorization) const {
+  if (api_key_.empty()) return true;
+  return authorization.has_value() && BearerMatches(*authorization, api_key_);
+}
+
+router::Request RequestAdmission::NewRequest(const DoorRequest& door) const {
+  router::Request r;
+  r.rid = book_.NewRequestId();
+  r.client_rid = SaneClientRequestId(door.client_request_id);
+  r.door = door.door;
+  r.api = door.api;
+  r.stream = door.stream;
+  r.arrived = clock_.Now();
+  r.arrived_wall = clock_.WallNow();
+  r.deadline = r.arrived + engines::FromSeconds(settings_.serving.request_timeout_s);
+  if (door.client_time_left) r.deadline = std::min(r.deadline, r.arrived + *door.client_time_left);
+  return r;
+}
+
+AdmissionResult RequestAdmission::Refused(router::Request request, Refusal refusal) const {
+  AdmissionResult result;
+  result.outcome = RefusalOutcome(refusal);
+  result.refusal = std::move(refusal);
+  result.request = std::move(request);
+  book_.RecordRefused(result.request, result.outcome);
+  return result;
+}
+
+AdmissionResult RequestAdmission::Refuse(const DoorRequest& door, Refusal refusal) const {
+  return Refused(NewRequest(door), std::move(refusal));
+}
+
+AdmissionResult RequestAdmission::Admit(const DoorRequest& door,
+                                        absl::FunctionRef<DoorBody()> body) const {
+  router::Request r = NewRequest(door);
+  if (!Authorized(door.authorization)) {
+    Refusal refusal;
+    refusal.kind = RefusalKind::kUnauthorized;
+    refusal.message = "invalid or missing API key";
+    return Refused(std::move(r), std::move(refusal));
+  }
+  DoorBody translated = body();
+  r.api = translated.api;
+  if (translated.refusal) return Refused(std::move(r), std::move(*translated.refusal));
+  r.stream = translated.stream;
+  r.body = std::move(translated.body);
+  if (model_limits_ != nullptr) {
+    if (std::optional<Refusal> refusal = model_limits_->Check(r)) {
+      return Refused(std::move(r), std::move(*refusal));
+    }
+  }
+  AdmissionResult result;
+  result.request = std::move(r);
+  return result;
+}
+
+}  // namespace narwhal::server

@@ -1,0 +1,164 @@
+// RequestAdmission: the one admission path of both front doors (SPEC §4,
+// §6, §12). A door translates its wire format into a DoorRequest (who sends,
+// for which API, the client's id and deadline) and its body into a DoorBody
+// (the validated OpenAI body of server/openai_request, or why there is
+// none); admission applies the rules in one order —
+//
+//   1. the API key (serving.api_key_env), compared in constant time
+//      (server/api_key);
+//   2. the door's body: its size and framing refusals, and the validation
+//      every body meets (server/openai_request: shape, the served model —
+//      an unknown one is RefusalKind::kUnknownModel — and the `limits`);
+//   3. the model's limits (ModelLimits, a seam; none by default);
+//
+// and returns the router::Request for the core, or a typed Refusal that is
+// already journaled (Router::RecordRefused) and counted. Each door renders
+// the outcome on its own wire (server/http/responses, GrpcStatusFor).
+//
+// Every refusal becomes an outcome through RefusalOutcome, the one table of
+// refusal kinds. Thread-safe: const after construction, called from every
+// loop and reactor.
+#ifndef NARWHAL_SERVER_ADMISSION_H_
+#define NARWHAL_SERVER_ADMISSION_H_
+
+#include <absl/functional/function_ref.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "engines/api.h"
+#include "engines/clock.h"
+#include "router/outcome.h"
+#include "router/request.h"
+#include "router/settings.h"
+#include "server/openai_request.h"
+
+namespace narwhal::router {
+class Router;
+}  // namespace narwhal::router
+
+namespace narwhal::server {
+
+// Why a request is refused before the router core. Journal reasons in
+// brackets.
+enum class RefusalKind {
+  kUnauthorized,      // missing or wrong API key [unauthorized]
+  kUnknownModel,      // the body names a model not served [model_not_found]
+  kInvalidRequest,    // the body breaks a request rule [invalid_request]
+  kTooLarge,          // over serving.max_request_bytes [too_large]
+  kMalformedHttp,     // HTTP framing the door does not take [malformed_http]
+  kMalformedMessage,  // a gRPC message that does not decode [malformed_message]
+  kHeadersTooLarge,   // over serving.max_header_bytes or max_headers [headers_too_large]
+  kHeaderTimeout,     // headers not in within serving.header_timeout_s [header_timeout]
+  kCancelled,         // the client went away before its request arrived [cancelled]
+};
+
+struct Refusal {
+  RefusalKind kind = RefusalKind::kInvalidRequest;
+  std::string message;  // what the client reads
+  std::string param;    // the OpenAI error `param` (HTTP body), "" when none
+};
+
+// The one table: the journal terminal and reason, HTTP status and error
+// type of a refusal, with its message.
+router::Outcome RefusalOutcome(const Refusal& refusal);
+
+// A validation error of server/openai_request as a refusal.
+Refusal RefusalFor(const ClientError& error);
+
+// What admission needs of the router core: request ids, and the journal and
+// metrics for refused requests. RouterBook is the real one.
+class AdmissionBook {
+ public:
+  virtual ~AdmissionBook() = default;
+  virtual std::string NewRequestId() = 0;
+  virtual void RecordRefused(const router::Request& request, const router::Outcome& outcome) = 0;
+};
+
+class RouterBook final : public AdmissionBook {
+ public:
+  explicit RouterBook(router::Router& router) : router_(router) {}
+  std::string NewRequestId() override;
+  void RecordRefused(const router::Request& request, const router::Outcome& outcome) override;
+
+ private:
+  router::Router& router_;
+};
+
+// The model's own limits on a request that passed validation (for example
+// its prompt against the engine's context length). A refusal, or nullopt.
+class ModelLimits {
+ public:
+  virtual ~ModelLimits() = default;
+  virtual std::optional<Refusal> Check(const router::Request& request) const = 0;
+};
+
+// A generation request as a door received it, in no door's wire format.
+// The views must outlive the Admit call.
+struct DoorRequest {
+  router::Door door = router::Door::kHttp;
+  // The API as known before the body (the journal's `api` for a refusal
+  // that comes before it) and whether the client reads a stream.
+  engines::Api api = engines::Api::kCompletions;
+  bool stream = false;
+  // The Authorization header or `authorization` metadata; nullopt if absent.
+  std::optional<std::string_view> authorization;
+  // The client's own request id as sent ("" when none); kept when sane.
+  std::string_view client_request_id;
+  // Time the client allows from arrival (the gRPC deadline), if it set one.
+  std::optional<engines::MonoClock::duration> client_time_left;
+};
+
+// A door's body: the validated OpenAI body, or why there is none.
+struct DoorBody {
+  engines::Api api = engines::Api::kCompletions;
+  bool stream = false;
+  nlohmann::json body;
+  std::optional<Refusal> refusal;
+};
+
+// `parsed` (from ParseOpenAiRequest or ValidateOpenAiBody) for `api`.
+DoorBody DoorBodyFrom(engines::Api api, ParsedRequest parsed);
+
+struct AdmissionResult {
+  // Always set: ids, door, API, arrival and deadline; the body when admitted.
+  router::Request request;
+  std::optional<Refusal> refusal;  // set when refused
+  router::Outcome outcome;         // RefusalOutcome(*refusal) when refused, journaled
+  bool admitted() const { return !refusal.has_value(); }
+};
+
+class RequestAdmission {
+ public:
+  // `api_key` empty = no client authentication. `model_limits` may be null.
+  RequestAdmission(const router::Settings& settings, const engines::Clock& clock,
+                   std::string api_key, AdmissionBook& book,
+                   const ModelLimits* model_limits = nullptr);
+
+  // Whether `authorization` carries the API key (always true without one).
+  bool Authorized(std::optional<std::string_view> authorization) const;
+
+  // Admits `door`: `body` runs only once the key matched, so an
+  // unauthenticated client never has its body parsed.
+  AdmissionResult Admit(const DoorRequest& door, absl::FunctionRef<DoorBody()> body) const;
+
+  // Refuses `door` for a reason the door found before admission (framing,
+  // size, headers): journaled like every refusal.
+  AdmissionResult Refuse(const DoorRequest& door, Refusal refusal) const;
+
+ private:
+  router::Request NewRequest(const DoorRequest& door) const;
+  AdmissionResult Refused(router::Request request, Refusal refusal) const;
+
+  const router::Settings& settings_;
+  const engines::Clock& clock_;
+  const std::string api_key_;
+  AdmissionBook& book_;
+  const ModelLimits* const model_limits_;
+};
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_ADMISSION_H_

@@ -1,0 +1,33 @@
+#include "server/http/generation_request.h"
+
+#include <boost/beast/http/field.hpp>
+
+namespace narwhal::server {
+
+namespace http = boost::beast::http;
+
+engines::Api ApiForPath(std::string_view path) {
+  return path.find("/chat/") != std::string_view::npos ? engines::Api::kChatCompletions
+                                                       : engines::Api::kCompletions;
+}
+
+DoorRequest HttpDoorRequest(const HttpRequest& request, std::string_view path) {
+  DoorRequest door;
+  door.door = router::Door::kHttp;
+  door.api = ApiForPath(path);
+  if (auto it = request.find(http::field::authorization); it != request.end()) {
+    door.authorization = std::string_view(it->value().data(), it->value().size());
+  }
+  const auto client_rid = request["X-Request-Id"];
+  door.client_request_id = std::string_view(client_rid.data(), client_rid.size());
+  return door;
+}
+
+DoorBody HttpDoorBody(const HttpRequest& request, std::string_view path,
+                      const router::Settings& settings) {
+  const engines::Api api = ApiForPath(path);
+  return DoorBodyFrom(api,
+                      ParseOpenAiRequest(request.body(), api, settings.model, settings.limits));
+}
+
+}  // namespace narwhal::server

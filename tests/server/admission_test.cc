@@ -1,0 +1,325 @@
+// The one admission path of both doors (server/admission): the refusal
+// table row by row, the order of the rules (API key, the door's body, the
+// model's limits), that every refusal is journaled once and an admitted
+// request is not, and how the router::Request is built (ids, API, stream,
+// deadline). No door, socket or router involved.
+#include "server/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/fakes/fake_clock.h"
+
+namespace narwhal::server {
+namespace {
+
+using engines::Api;
+using json = nlohmann::json;
+using router::ErrorType;
+using router::Terminal;
+using std::chrono_literals::operator""s;
+
+struct Row {
+  router::Request request;
+  router::Outcome outcome;
+};
+
+class FakeBook : public AdmissionBook {
+ public:
+  std::string NewRequestId() override { return "rid-" + std::to_string(++ids_); }
+  void RecordRefused(const router::Request& request, const router::Outcome& outcome) override {
+    rows.push_back({request, outcome});
+  }
+  std::vector<Row> rows;
+
+ private:
+  int ids_ = 0;
+};
+
+// Refuses every request whose prompt is "too long"; counts its calls.
+class FakeModelLimits : public ModelLimits {
+ public:
+  std::optional<Refusal> Check(const router::Request& request) const override {
+    ++calls;
+    if (request.body.value("prompt", "") != "too long") return std::nullopt;
+    Refusal r;
+    r.kind = RefusalKind::kInvalidRequest;
+    r.message = "prompt is longer than the model's context";
+    r.param = "prompt";
+    return r;
+  }
+  mutable int calls = 0;
+};
+
+router::Settings TestSettings() {
+  router::Settings s;
+  s.model = "m";
+  s.serving.request_timeout_s = 30;
+  return s;
+}
+
+DoorBody ValidBody(const json& body, Api api = Api::kCompletions) {
+  return DoorBodyFrom(api, ValidateOpenAiBody(body, api, "m"));
+}
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  AdmissionResult Admit(const RequestAdmission& admission, const DoorRequest& door,
+                        const json& body) {
+    return admission.Admit(door, [&] {
+      ++bodies_;
+      return ValidBody(body, door.api);
+    });
+  }
+
+  router::Settings settings_ = TestSettings();
+  narwhal::testing::FakeClock clock_;
+  FakeBook book_;
+  int bodies_ = 0;
+};
+
+struct TableCase {
+  RefusalKind kind;
+  Terminal terminal;
+  const char* reason;
+  int status;
+  ErrorType type;
+};
+
+// What each door sent before the doors shared this path.
+constexpr TableCase kTable[] = {
+    {RefusalKind::kUnauthorized, Terminal::kRejected, "unauthorized", 401,
+     ErrorType::kUnauthorized},
+    {RefusalKind::kUnknownModel, Terminal::kInvalid, "model_not_found", 404,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kInvalidRequest, Terminal::kInvalid, "invalid_request", 400,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kTooLarge, Terminal::kInvalid, "too_large", 413, ErrorType::kInvalidRequest},
+    {RefusalKind::kMalformedHttp, Terminal::kInvalid, "malformed_http", 400,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kMalformedMessage, Terminal::kInvalid, "malformed_message", 400,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kHeadersTooLarge, Terminal::kInvalid, "headers_too_large", 431,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kHeaderTimeout, Terminal::kInvalid, "header_timeout", 408,
+     ErrorType::kInvalidRequest},
+    {RefusalKind::kCancelled, Terminal::kCancelled, "cancelled", 499, ErrorType::kNone},
+};
+
+TEST(RefusalTableTest, EveryKindHasItsRow) {
+  for (const TableCase& c : kTable) {
+    Refusal refusal;
+    refusal.kind = c.kind;
+    refusal.message = std::string("why ") + c.reason;
+    refusal.param = "p";
+    const router::Outcome o = RefusalOutcome(refusal);
+    EXPECT_EQ(o.terminal, c.terminal) << c.reason;
+    EXPECT_EQ(o.reason, c.reason);
+    EXPECT_EQ(o.status, c.status) << c.reason;
+    EXPECT_EQ(o.error_type, c.type) << c.reason;
+    EXPECT_EQ(o.message, std::string("why ") + c.reason);
+    EXPECT_FALSE(o.output_started);
+    EXPECT_FALSE(o.ok());
+  }
+  // The rows above are the enumerators in order, none left out.
+  for (size_t i = 0; i < std::size(kTable); ++i) {
+    EXPECT_EQ(static_cast<size_t>(kTable[i].kind), i);
+  }
+  EXPECT_EQ(kTable[std::size(kTable) - 1].kind, RefusalKind::kCancelled);
+}
+
+TEST(RefusalTableTest, ValidationErrorsKeepTheirStatusAndParam) {
+  const ParsedRequest unknown =
+      ValidateOpenAiBody({{"model", "x"}, {"prompt", "hi"}}, Api::kCompletions, "m");
+  ASSERT_FALSE(unknown.ok);
+  const Refusal model = RefusalFor(unknown.error);
+  EXPECT_EQ(model.kind, RefusalKind::kUnknownModel);
+  EXPECT_EQ(model.message, "The model `x` does not exist.");
+  EXPECT_EQ(model.param, "model");
+  EXPECT_EQ(RefusalOutcome(model).status, unknown.error.status);
+
+  const ParsedRequest invalid = ValidateOpenAiBody({{"model", "m"}}, Api::kCompletions, "m");
+  ASSERT_FALSE(invalid.ok);
+  const Refusal bad = RefusalFor(invalid.error);
+  EXPECT_EQ(bad.kind, RefusalKind::kInvalidRequest);
+  EXPECT_EQ(bad.message, "prompt is required");
+  EXPECT_EQ(bad.param, "prompt");
+  EXPECT_EQ(RefusalOutcome(bad).status, invalid.error.status);
+}
+
+TEST_F(AdmissionTest, MissingOrWrongKeyIsRefusedBeforeTheBody) {
+  const RequestAdmission admission(settings_, clock_, "s3cret", book_);
+  DoorRequest door;
+  door.door = router::Door::kGrpc;
+  door.api = Api::kChatCompletions;
+  door.stream = true;
+  for (const std::optional<std::string_view> auth :
+       {std::optional<std::string_view>(), std::optional<std::string_view>("Bearer s3cre"),
+        std::optional<std::string_view>("s3cret"), std::optional<std::string_view>("")}) {
+    door.authorization = auth;
+    const AdmissionResult r = Admit(admission, door, {{"model", "m"}, {"messages", json::array()}});
+    ASSERT_FALSE(r.admitted());
+    EXPECT_EQ(r.refusal->kind, RefusalKind::kUnauthorized);
+    EXPECT_EQ(r.outcome.status, 401);
+    EXPECT_EQ(r.outcome.terminal, Terminal::kRejected);
+    EXPECT_EQ(r.outcome.message, "invalid or missing API key");
+    EXPECT_EQ(r.refusal->param, "");
+  }
+  EXPECT_EQ(bodies_, 0);  // never parsed for a client without the key
+  ASSERT_EQ(book_.rows.size(), 4u);
+  // The row has what the door knew: its API and stream.
+  EXPECT_EQ(book_.rows[0].request.door, router::Door::kGrpc);
+  EXPECT_EQ(book_.rows[0].request.api, Api::kChatCompletions);
+  EXPECT_TRUE(book_.rows[0].request.stream);
+  EXPECT_EQ(book_.rows[0].outcome.reason, "unauthorized");
+}
+
+TEST_F(AdmissionTest, TheRightKeyOrNoneConfiguredIsAdmitted) {
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  DoorRequest door;
+  door.authorization = "Bearer s3cret";
+  EXPECT_TRUE(Admit(RequestAdmission(settings_, clock_, "s3cret", book_), door, body).admitted());
+  door.authorization.reset();
+  EXPECT_TRUE(Admit(RequestAdmission(settings_, clock_, "", book_), door, body).admitted());
+  EXPECT_TRUE(book_.rows.empty());
+
+  const RequestAdmission keyed(settings_, clock_, "s3cret", book_);
+  EXPECT_TRUE(keyed.Authorized("Bearer s3cret"));
+  EXPECT_FALSE(keyed.Authorized("Bearer s3cret "));
+  EXPECT_FALSE(keyed.Authorized(std::nullopt));
+  EXPECT_TRUE(RequestAdmission(settings_, clock_, "", book_).Authorized(std::nullopt));
+}
+
+TEST_F(AdmissionTest, UnknownModelIsModelNotFound) {
+  const RequestAdmission admission(settings_, clock_, "", book_);
+  const AdmissionResult r = Admit(admission, DoorRequest(), {{"model", "other"}, {"prompt", "x"}});
+  ASSERT_FALSE(r.admitted());
+  EXPECT_EQ(r.refusal->kind, RefusalKind::kUnknownModel);
+  EXPECT_EQ(r.refusal->param, "model");
+  EXPECT_EQ(r.outcome.status, 404);
+  EXPECT_EQ(r.outcome.reason, "model_not_found");
+  EXPECT_EQ(r.outcome.message, "The model `other` does not exist.");
+  ASSERT_EQ(book_.rows.size(), 1u);
+  EXPECT_EQ(book_.rows[0].outcome.reason, "model_not_found");
+  EXPECT_EQ(book_.rows[0].request.rid, r.request.rid);
+}
+
+TEST_F(AdmissionTest, InvalidBodyIsInvalidRequestWithTheBodysApi) {
+  const RequestAdmission admission(settings_, clock_, "", book_);
+  DoorRequest door;  // the door guessed completions; the body is for chat
+  const AdmissionResult r = admission.Admit(door, [] {
+    return DoorBodyFrom(Api::kChatCompletions,
+                        ValidateOpenAiBody({{"model", "m"}}, Api::kChatCompletions, "m"));
+  });
+  ASSERT_FALSE(r.admitted());
+  EXPECT_EQ(r.refusal->kind, RefusalKind::kInvalidRequest);
+  EXPECT_EQ(r.outcome.status, 400);
+  EXPECT_EQ(r.outcome.reason, "invalid_request");
+  EXPECT_EQ(r.outcome.message, "messages is required");
+  EXPECT_EQ(r.refusal->param, "messages");
+  ASSERT_EQ(book_.rows.size(), 1u);
+  EXPECT_EQ(book_.rows[0].request.api, Api::kChatCompletions);
+}
+
+TEST_F(AdmissionTest, DoorBodyRefusalsAreJournaledAsTheyCame) {
+  const RequestAdmission admission(settings_, clock_, "", book_);
+  for (const RefusalKind kind :
+       {RefusalKind::kTooLarge, RefusalKind::kMalformedMessage, RefusalKind::kCancelled}) {
+    const AdmissionResult r = admission.Admit(DoorRequest(), [kind] {
+      DoorBody body;
+      body.refusal = Refusal{kind, "door says no", ""};
+      return body;
+    });
+    ASSERT_FALSE(r.admitted());
+    EXPECT_EQ(r.refusal->kind, kind);
+    EXPECT_EQ(r.outcome.message, "door says no");
+  }
+  ASSERT_EQ(book_.rows.size(), 3u);
+  EXPECT_EQ(book_.rows[0].outcome.status, 413);
+  EXPECT_EQ(book_.rows[1].outcome.reason, "malformed_message");
+  EXPECT_EQ(book_.rows[2].outcome.terminal, Terminal::kCancelled);
+}
+
+TEST_F(AdmissionTest, RefusalsFoundByTheDoorAreJournaledWithItsRequest) {
+  const RequestAdmission admission(settings_, clock_, "s3cret", book_);
+  DoorRequest door;
+  door.api = Api::kChatCompletions;
+  door.client_request_id = "client-7";
+  const AdmissionResult r =
+      admission.Refuse(door, Refusal{RefusalKind::kHeadersTooLarge, "too many headers", ""});
+  ASSERT_FALSE(r.admitted());
+  EXPECT_EQ(r.outcome.status, 431);
+  EXPECT_EQ(r.request.client_rid, "client-7");
+  ASSERT_EQ(book_.rows.size(), 1u);
+  EXPECT_EQ(book_.rows[0].request.api, Api::kChatCompletions);
+  EXPECT_EQ(book_.rows[0].outcome.reason, "headers_too_large");
+}
+
+TEST_F(AdmissionTest, ModelLimitsRunLastOnValidBodiesOnly) {
+  FakeModelLimits limits;
+  const RequestAdmission admission(settings_, clock_, "", book_, &limits);
+  EXPECT_FALSE(
+      Admit(admission, DoorRequest(), {{"model", "x"}, {"prompt", "too long"}}).admitted());
+  EXPECT_EQ(limits.calls, 0);  // the model check came first
+
+  const AdmissionResult refused =
+      Admit(admission, DoorRequest(), {{"model", "m"}, {"prompt", "too long"}});
+  ASSERT_FALSE(refused.admitted());
+  EXPECT_EQ(refused.outcome.status, 400);
+  EXPECT_EQ(refused.outcome.message, "prompt is longer than the model's context");
+  EXPECT_EQ(refused.refusal->param, "prompt");
+  EXPECT_EQ(book_.rows.size(), 2u);
+
+  EXPECT_TRUE(Admit(admission, DoorRequest(), {{"model", "m"}, {"prompt", "short"}}).admitted());
+  EXPECT_EQ(limits.calls, 2);
+  EXPECT_EQ(book_.rows.size(), 2u);
+}
+
+TEST_F(AdmissionTest, AdmittedRequestCarriesIdsBodyStreamAndDeadline) {
+  const RequestAdmission admission(settings_, clock_, "", book_);
+  DoorRequest door;
+  door.door = router::Door::kHttp;
+  door.client_request_id = "abc-1";
+  const AdmissionResult r = Admit(admission, door,
+                                  {{"model", "m"},
+                                   {"prompt", "hi"},
+                                   {"stream", true},
+                                   {"kv_transfer_params", {{"remote_host", "evil"}}}});
+  ASSERT_TRUE(r.admitted());
+  const router::Request& q = r.request;
+  EXPECT_EQ(q.rid, "rid-1");
+  EXPECT_EQ(q.client_rid, "abc-1");
+  EXPECT_EQ(q.door, router::Door::kHttp);
+  EXPECT_EQ(q.api, Api::kCompletions);
+  EXPECT_TRUE(q.stream);
+  EXPECT_EQ(q.body["prompt"], "hi");
+  EXPECT_FALSE(q.body.contains("kv_transfer_params"));
+  EXPECT_EQ(q.arrived, clock_.Now());
+  EXPECT_EQ(q.arrived_wall, clock_.WallNow());
+  EXPECT_EQ(q.deadline, q.arrived + 30s);
+}
+
+TEST_F(AdmissionTest, ClientDeadlineOnlyShortensAndOddClientIdsAreDropped) {
+  const RequestAdmission admission(settings_, clock_, "", book_);
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  DoorRequest door;
+  door.client_request_id = "has space";
+  door.client_time_left = std::chrono::duration_cast<engines::MonoClock::duration>(5s);
+  AdmissionResult r = Admit(admission, door, body);
+  ASSERT_TRUE(r.admitted());
+  EXPECT_EQ(r.request.deadline, r.request.arrived + 5s);
+  EXPECT_EQ(r.request.client_rid, "");
+
+  door.client_time_left = std::chrono::duration_cast<engines::MonoClock::duration>(300s);
+  r = Admit(admission, door, body);
+  EXPECT_EQ(r.request.deadline, r.request.arrived + 30s);
+  EXPECT_EQ(r.request.rid, "rid-2");
+}
+
+}  // namespace
+}  // namespace narwhal::server
