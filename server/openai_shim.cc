@@ -185,9 +185,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   Admission Admit(const HttpRequest& request, std::string_view path) override {
-    AdmissionResult result = admission_.Admit(HttpDoorRequest(request, path), [&] {
-      return HttpDoorBody(request, path, settings_);
-    });
+    AdmissionResult result = admission_.Admit(
+        HttpDoorRequest(request, path), [&] { return HttpDoorBody(request, path, settings_); });
     Admission admission;
     if (result.admitted()) {
       admission.request = std::move(result.request);
@@ -197,8 +196,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
     return admission;
   }
 
-  HttpResponse Refuse(const HttpRequest& partial, std::string_view path,
-                      Refusal refusal) override {
+  HttpResponse Refuse(const HttpRequest& partial, std::string_view path, Refusal refusal) override {
     if (!IsGeneration(partial.method(), path)) return ErrorResponse(RefusalOutcome(refusal));
     return RefusalResponse(admission_.Refuse(HttpDoorRequest(partial, path), std::move(refusal)));
   }
@@ -270,7 +268,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   HttpResponse Models(const HttpRequest& request) {
-    if (!admission_.Authorized(HttpDoorRequest(request, "").authorization)) {
+    if (!admission_.Authorized(AuthorizationHeader(request))) {
       return ErrorResponse(401, ErrorType::kUnauthorized, "invalid or missing API key");
     }
     return JsonResponse(200, {{"object", "list"},

@@ -11,13 +11,17 @@ engines::Api ApiForPath(std::string_view path) {
                                                        : engines::Api::kCompletions;
 }
 
+std::optional<std::string_view> AuthorizationHeader(const HttpRequest& request) {
+  auto it = request.find(http::field::authorization);
+  if (it == request.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
 DoorRequest HttpDoorRequest(const HttpRequest& request, std::string_view path) {
   DoorRequest door;
   door.door = router::Door::kHttp;
   door.api = ApiForPath(path);
-  if (auto it = request.find(http::field::authorization); it != request.end()) {
-    door.authorization = std::string_view(it->value().data(), it->value().size());
-  }
+  door.authorization = AuthorizationHeader(request);
   const auto client_rid = request["X-Request-Id"];
   door.client_request_id = std::string_view(client_rid.data(), client_rid.size());
   return door;

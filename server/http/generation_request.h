@@ -6,6 +6,7 @@
 #ifndef NARWHAL_SERVER_HTTP_GENERATION_REQUEST_H_
 #define NARWHAL_SERVER_HTTP_GENERATION_REQUEST_H_
 
+#include <optional>
 #include <string_view>
 
 #include "engines/api.h"
@@ -17,6 +18,9 @@ namespace narwhal::server {
 
 // Chat completions for a path with "/chat/", else completions.
 engines::Api ApiForPath(std::string_view path);
+
+// The Authorization header (the first, if several), or nullopt when absent.
+std::optional<std::string_view> AuthorizationHeader(const HttpRequest& request);
 
 // The request's head as admission reads it; views into `request`.
 DoorRequest HttpDoorRequest(const HttpRequest& request, std::string_view path);
