@@ -137,7 +137,7 @@ TEST_F(ReadmissionTest, EjectedEngineReturnsThroughAHealthCheck) {
   EXPECT_EQ(r->plan.evidence, "health");
   EXPECT_EQ(Snapshot("d1").state, PlacementState::kServing);
   ASSERT_EQ(engines_->calls("control").size(), 1u);
-  EXPECT_EQ(engines_->calls("control")[0].path, "/health");
+  EXPECT_EQ(engines_->calls("control")[0].path, "GET /health");
   EXPECT_EQ(fleet_->EventCounts()["d1"].readmissions, 1);
   EXPECT_EQ(fleet_->EventCounts()["d1"].last_readmission_evidence, "health");
   const std::vector<json> readmitted = BusEvents("engine_readmitted");
