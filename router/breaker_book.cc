@@ -5,7 +5,7 @@
 namespace narwhal::router {
 namespace {
 
-BreakerEvent Event(const std::string& kind, const std::string& iid) {
+BreakerEvent Event(FleetEventKind kind, const std::string& iid) {
   BreakerEvent e;
   e.kind = kind;
   e.iid = iid;
@@ -175,16 +175,16 @@ void BreakerBook::EndHolds(size_t i, const std::string& cause, MonoTime now,
   EngineBreaker& e = engines_[i];
   if (e.quarantine) {
     if (now < e.quarantine->until) {
-      BreakerEvent ev = Event("engine_hold_ended", e.settings.iid);
-      ev.hold_kind = "timed";
+      BreakerEvent ev = Event(FleetEventKind::kEngineHoldEnded, e.settings.iid);
+      ev.hold_kind = HoldKind::kTimed;
       ev.cause = cause;
       events->push_back(ev);
     }
     e.quarantine.reset();
   }
   if (e.hold) {
-    BreakerEvent ev = Event("engine_hold_ended", e.settings.iid);
-    ev.hold_kind = "inference";
+    BreakerEvent ev = Event(FleetEventKind::kEngineHoldEnded, e.settings.iid);
+    ev.hold_kind = HoldKind::kInference;
     ev.cause = cause;
     events->push_back(ev);
     e.hold.reset();
@@ -223,8 +223,8 @@ std::vector<BreakerEvent> BreakerBook::RecordFailure(size_t i, BreakerClass cls,
           suppressed = "stream evidence already holds out half of the role's engines";
         }
         if (!suppressed.empty()) {
-          BreakerEvent ev = Event("engine_hold_suppressed", e.settings.iid);
-          ev.hold_kind = "inference";
+          BreakerEvent ev = Event(FleetEventKind::kEngineHoldSuppressed, e.settings.iid);
+          ev.hold_kind = HoldKind::kInference;
           ev.cause = suppressed;
           ev.detail = cause;
           events.push_back(ev);
@@ -232,8 +232,8 @@ std::vector<BreakerEvent> BreakerBook::RecordFailure(size_t i, BreakerClass cls,
         }
         if (e.quarantine) {
           if (now < e.quarantine->until) {
-            BreakerEvent ev = Event("engine_hold_ended", e.settings.iid);
-            ev.hold_kind = "timed";
+            BreakerEvent ev = Event(FleetEventKind::kEngineHoldEnded, e.settings.iid);
+            ev.hold_kind = HoldKind::kTimed;
             ev.cause = "superseded";
             events.push_back(ev);
           }
@@ -242,8 +242,8 @@ std::vector<BreakerEvent> BreakerBook::RecordFailure(size_t i, BreakerClass cls,
         e.hold = InferenceHold{now, cls, side, producer, cause};
         e.next_probe_at = now;  // probe at once
         e.probe_failures = 0;
-        BreakerEvent ev = Event("engine_hold_started", e.settings.iid);
-        ev.hold_kind = "inference";
+        BreakerEvent ev = Event(FleetEventKind::kEngineHoldStarted, e.settings.iid);
+        ev.hold_kind = HoldKind::kInference;
         ev.cause = std::string(engines::BreakerClassName(cls)) + " streak reached " +
                    std::to_string(streak);
         ev.detail = cause;
@@ -260,8 +260,8 @@ std::vector<BreakerEvent> BreakerBook::RecordFailure(size_t i, BreakerClass cls,
   if (recovery_.failure_quarantine_s > 0 && State(i, now) == PlacementState::kServing &&
       !IsLastForARole(i, now)) {
     e.quarantine = Quarantine{now + engines::FromSeconds(recovery_.failure_quarantine_s), now, cause};
-    BreakerEvent ev = Event("engine_hold_started", e.settings.iid);
-    ev.hold_kind = "timed";
+    BreakerEvent ev = Event(FleetEventKind::kEngineHoldStarted, e.settings.iid);
+    ev.hold_kind = HoldKind::kTimed;
     ev.cause = cause;
     events.push_back(ev);
   }
@@ -354,9 +354,9 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
   e.probe_running = false;
   if (outcome == ProbeOutcome::kProducerFailed) outcome = ProbeOutcome::kInconclusive;
   e.last_probe = LastProbe{kind, outcome, now, detail};
-  BreakerEvent probe = Event("engine_probe", e.settings.iid);
-  probe.probe_kind = std::string(ProbeKindName(kind));
-  probe.outcome = std::string(ProbeOutcomeName(outcome));
+  BreakerEvent probe = Event(FleetEventKind::kEngineProbe, e.settings.iid);
+  probe.probe_kind = kind;
+  probe.outcome = outcome;
   probe.producer = producer;
   probe.detail = detail;
   events.push_back(probe);
@@ -419,7 +419,7 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
     e.checked = true;
     const std::string evidence = contract_pinned_ ? "lifecycle" : "verification";
     EndHolds(i, evidence, now, &events);
-    BreakerEvent ev = Event("engine_readmitted", e.settings.iid);
+    BreakerEvent ev = Event(FleetEventKind::kEngineReadmitted, e.settings.iid);
     ev.evidence = evidence;
     events.push_back(ev);
   } else if (outcome == ProbeOutcome::kFailed) {
@@ -466,7 +466,7 @@ std::vector<BreakerEvent> BreakerBook::Eject(size_t i, EjectCause cause, const s
   e.health_probe_due = false;
   e.probe_failures = 0;
   e.next_probe_at = now + engines::FromSeconds(recovery_.readmit_interval_s);
-  BreakerEvent ev = Event("engine_ejected", e.settings.iid);
+  BreakerEvent ev = Event(FleetEventKind::kEngineEjected, e.settings.iid);
   ev.cause = std::string(EjectCauseName(cause));
   ev.detail = detail;
   events.push_back(ev);
@@ -492,7 +492,7 @@ std::vector<BreakerEvent> BreakerBook::Drain(size_t i, MonoTime now) {
   if (e.draining) return events;
   EndHolds(i, "drained", now, &events);
   e.draining = true;
-  events.push_back(Event("engine_drained", e.settings.iid));
+  events.push_back(Event(FleetEventKind::kEngineDrained, e.settings.iid));
   ReleaseUncovered(now, &events);
   return events;
 }
@@ -513,7 +513,7 @@ std::vector<BreakerEvent> BreakerBook::Readmit(size_t i, const std::string& evid
   e.health_probe_due = false;
   e.liveness_misses = 0;
   e.checked = true;
-  BreakerEvent ev = Event("engine_readmitted", e.settings.iid);
+  BreakerEvent ev = Event(FleetEventKind::kEngineReadmitted, e.settings.iid);
   ev.evidence = evidence;
   events.push_back(ev);
   return events;
@@ -523,8 +523,8 @@ std::vector<BreakerEvent> BreakerBook::ExpireQuarantines(MonoTime now) {
   std::vector<BreakerEvent> events;
   for (EngineBreaker& e : engines_) {
     if (e.quarantine && now >= e.quarantine->until) {
-      BreakerEvent ev = Event("engine_hold_ended", e.settings.iid);
-      ev.hold_kind = "timed";
+      BreakerEvent ev = Event(FleetEventKind::kEngineHoldEnded, e.settings.iid);
+      ev.hold_kind = HoldKind::kTimed;
       ev.cause = "expired";
       events.push_back(ev);
       e.quarantine.reset();
@@ -537,8 +537,8 @@ std::vector<BreakerEvent> BreakerBook::ReleaseQuarantine(size_t i, const std::st
   std::vector<BreakerEvent> events;
   EngineBreaker& e = engines_[i];
   if (!e.quarantine) return events;
-  BreakerEvent ev = Event("engine_hold_ended", e.settings.iid);
-  ev.hold_kind = "timed";
+  BreakerEvent ev = Event(FleetEventKind::kEngineHoldEnded, e.settings.iid);
+  ev.hold_kind = HoldKind::kTimed;
   ev.cause = cause;
   events.push_back(ev);
   e.quarantine.reset();

@@ -34,6 +34,7 @@
 
 #include "engines/api.h"
 #include "engines/engine_failure.h"
+#include "router/fleet_event_kind.h"
 #include "router/settings.h"
 
 namespace narwhal::router {
@@ -65,15 +66,15 @@ std::string_view EjectCauseName(EjectCause c);
 
 // One change of breaker state, for metrics, the journal and WatchEvents.
 struct BreakerEvent {
-  // engine_hold_started, engine_hold_ended, engine_hold_suppressed,
-  // engine_ejected, engine_readmitted, engine_probe, engine_drained
-  std::string kind;
+  // kEngineHoldStarted, kEngineHoldEnded, kEngineHoldSuppressed,
+  // kEngineEjected, kEngineReadmitted, kEngineProbe, kEngineDrained
+  FleetEventKind kind = FleetEventKind::kEngineProbe;
   std::string iid;
-  std::string hold_kind;  // timed | inference (hold events)
+  HoldKind hold_kind = HoldKind::kNone;  // hold events
   std::string cause;      // why (hold start/end cause, ejection cause, suppression)
   std::string evidence;   // readmission evidence: health | verification | lifecycle | operator
-  std::string probe_kind;
-  std::string outcome;    // probe outcome
+  std::optional<ProbeKind> probe_kind;
+  std::optional<ProbeOutcome> outcome;  // probe outcome
   std::string producer;   // inference probe's producer
   std::string detail;     // human-readable detail (the failure, the probe result)
 };

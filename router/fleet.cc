@@ -10,21 +10,6 @@ namespace {
 
 int PhaseIndex(Phase p) { return p == Phase::kPrefill ? 0 : 1; }
 
-nlohmann::json EventJson(const BreakerEvent& e, double at) {
-  nlohmann::json j = {{"event", e.kind}, {"at", at}, {"iid", e.iid}};
-  auto put = [&j](const char* key, const std::string& value) {
-    if (!value.empty()) j[key] = value;
-  };
-  put("hold_kind", e.hold_kind);
-  put("cause", e.cause);
-  put("evidence", e.evidence);
-  put("probe_kind", e.probe_kind);
-  put("outcome", e.outcome);
-  put("producer", e.producer);
-  put("detail", e.detail);
-  return j;
-}
-
 }  // namespace
 
 Fleet::Reservation& Fleet::Reservation::operator=(Reservation&& other) noexcept {
@@ -54,6 +39,7 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
       metrics_(metrics),
       journal_(journal),
       events_(events),
+      counts_(metrics),
       book_(settings.engines, settings.recovery, settings.engine_contract.has_value()),
       links_(settings.engines, settings.links, settings.recovery.readmit_interval_s, clock.Now()),
       gauges_(settings.engines.size()),
@@ -293,10 +279,10 @@ void Fleet::CompleteProbe(const ProbeTask& task, ProbeOutcome outcome, const std
 void Fleet::RecordProbeAttempt(const ProbeTask& task, ProbeOutcome outcome,
                                const std::string& producer, const std::string& detail) {
   BreakerEvent e;
-  e.kind = "engine_probe";
+  e.kind = FleetEventKind::kEngineProbe;
   e.iid = Target(task.index).iid;
-  e.probe_kind = std::string(ProbeKindName(task.kind));
-  e.outcome = std::string(ProbeOutcomeName(outcome));
+  e.probe_kind = task.kind;
+  e.outcome = outcome;
   e.producer = producer;
   e.detail = detail;
   Emit({e});
@@ -406,25 +392,15 @@ absl::Status Fleet::ReleaseQuarantine(const std::string& iid) {
 }
 
 // One log line per fleet state change, with its cause: the event's kind and
-// engine, then its fields. Passed liveness sweeps are debug (one per engine
-// per liveness_interval_s); setbacks are warnings.
+// engine, then its fields (router/fleet_event.h chooses the level).
 namespace {
-void LogFleetEvent(const nlohmann::json& event) {
-  const std::string kind = event.value("event", "");
-  const std::string outcome = event.value("outcome", "");
-  LogLevel level = LogLevel::kInfo;
-  const bool sweep = event.value("probe_kind", "") == "liveness";
-  if (kind == "engine_probe" && outcome == "passed" && sweep) {
-    level = LogLevel::kDebug;
-  } else if (kind == "engine_ejected" || kind == "engine_hold_started" ||
-             kind == "engine_readmit_refused" || outcome == "failed") {
-    level = LogLevel::kWarning;
-  }
+void LogFleetEvent(LogLevel level, const nlohmann::json& event) {
   if (!LogEnabled(level)) return;
   nlohmann::json fields = nlohmann::json::object();
   for (const auto& [key, value] : event.items()) {
     if (key != "event" && key != "iid" && key != "at" && key != "seq") fields[key] = value;
   }
+  const std::string kind = event.value("event", "");
   const std::string iid = event.value("iid", "");
   Log(level, "fleet: " + kind + (iid.empty() ? "" : " " + iid), fields);
 }
@@ -550,8 +526,16 @@ void Fleet::PublishAllLocked() {
   for (size_t i = 0; i < book_.size(); ++i) PublishLocked(i);
 }
 
+void Fleet::Publish(const FleetEvent& event) {
+  counts_.Count(event);
+  nlohmann::json wire = FleetEventJson(event, clock_.WallNow());
+  LogFleetEvent(FleetEventLogLevel(event), wire);
+  if (events_ != nullptr) wire = events_->Publish(std::move(wire));
+  if (journal_ != nullptr) journal_->Write(std::move(wire));
+}
+
 void Fleet::PublishEvent(nlohmann::json event) {
-  LogFleetEvent(event);
+  LogFleetEvent(LogLevel::kInfo, event);
   if (!event.contains("at")) event["at"] = clock_.WallNow();
   if (events_ != nullptr) event = events_->Publish(std::move(event));
   if (journal_ != nullptr) journal_->Write(std::move(event));
@@ -559,7 +543,8 @@ void Fleet::PublishEvent(nlohmann::json event) {
 
 void Fleet::ForgetCaches(const std::vector<BreakerEvent>& events) {
   for (const BreakerEvent& e : events) {
-    if (e.kind != "engine_ejected" && e.kind != "engine_readmitted") continue;
+    const bool ejected = e.kind == FleetEventKind::kEngineEjected;
+    if (!ejected && e.kind != FleetEventKind::kEngineReadmitted) continue;
     size_t forgotten = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -570,7 +555,7 @@ void Fleet::ForgetCaches(const std::vector<BreakerEvent>& events) {
     }
     if (forgotten > 0) {
       LogInfo("engine " + e.iid + ": prefix index cleared (" + std::to_string(forgotten) +
-              " entries; " + (e.kind == "engine_ejected" ? "ejected" : "readmitted") +
+              " entries; " + (ejected ? "ejected" : "readmitted") +
               ", its cache is gone)");
     }
   }
@@ -578,21 +563,7 @@ void Fleet::ForgetCaches(const std::vector<BreakerEvent>& events) {
 
 void Fleet::Emit(const std::vector<BreakerEvent>& events) {
   ForgetCaches(events);
-  for (const BreakerEvent& e : events) {
-    if (metrics_ != nullptr) {
-      if (e.kind == "engine_ejected") {
-        metrics_->engine_ejections_total.Add({{"iid", e.iid}, {"cause", e.cause}}).Increment();
-      } else if (e.kind == "engine_probe") {
-        metrics_->engine_probes_total
-            .Add({{"iid", e.iid}, {"kind", e.probe_kind}, {"outcome", e.outcome}})
-            .Increment();
-      } else if (e.kind == "engine_readmitted") {
-        metrics_->engine_readmissions_total.Add({{"iid", e.iid}, {"evidence", e.evidence}})
-            .Increment();
-      }
-    }
-    PublishEvent(EventJson(e, clock_.WallNow()));
-  }
+  for (const BreakerEvent& e : events) Publish(FromBreakerEvent(e));
 }
 
 void Fleet::PublishLocked(size_t i) {

@@ -10,6 +10,7 @@
 #define NARWHAL_ROUTER_FLEET_H_
 
 #include <array>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,6 +23,8 @@
 #include "router/breaker_book.h"
 #include "router/clock.h"
 #include "router/event_bus.h"
+#include "router/fleet_event.h"
+#include "router/fleet_event_counts.h"
 #include "router/journal.h"
 #include "router/link_book.h"
 #include "router/metrics.h"
@@ -194,8 +197,16 @@ class Fleet {
   // Refreshes every engine's gauges (time-based states such as a quarantine
   // expire without an event); called before metrics are scraped.
   void PublishAll();
-  // Publishes an event that is not a breaker change (e.g. preflight).
+  // Publishes an event that is not a breaker or link change (a preflight
+  // run, a refused readmission): counted once (FleetEventCounts: metrics
+  // and the admin counters), logged, then serialized to the event bus and
+  // the journal.
+  void Publish(const FleetEvent& event);
+  // Publishes an event already in its wire form (logged at info, not
+  // counted): for markers and tests.
   void PublishEvent(nlohmann::json event);
+  // Each engine's event counts since start (admin GetBreakers).
+  std::map<std::string, EngineEventCounts> EventCounts() const { return counts_.Engines(); }
 
  private:
   void ReleaseSlot(size_t index, Phase phase, bool reserved);
@@ -230,6 +241,7 @@ class Fleet {
   Metrics* metrics_;
   Journal* journal_;
   EventBus* events_;
+  FleetEventCounts counts_;
   mutable std::mutex mu_;
   BreakerBook book_;
   LinkBook links_;

@@ -4,25 +4,6 @@
 #include "router/log.h"
 
 namespace narwhal::router {
-namespace {
-
-nlohmann::json LinkEventJson(const LinkEvent& e, double at) {
-  // `iid` is the consumer (the engine a held link keeps decodes away from).
-  nlohmann::json j = {{"event", e.kind},
-                      {"at", at},
-                      {"iid", e.consumer},
-                      {"producer", e.producer},
-                      {"consumer", e.consumer}};
-  auto put = [&j](const char* key, const std::string& value) {
-    if (!value.empty()) j[key] = value;
-  };
-  put("cause", e.cause);
-  put("outcome", e.outcome);
-  put("detail", e.detail);
-  return j;
-}
-
-}  // namespace
 
 void Fleet::InitLinkGauges() {
   if (metrics_ == nullptr) return;
@@ -110,8 +91,8 @@ std::vector<LinkSnapshot> Fleet::Links() const {
 void Fleet::EmitLinks(const std::vector<LinkEvent>& events) {
   for (const LinkEvent& e : events) {
     const std::string link = e.producer + "->" + e.consumer;
-    if (e.kind == "link_held" || e.kind == "link_readmitted") {
-      const bool held = e.kind == "link_held";
+    if (e.kind == FleetEventKind::kLinkHeld || e.kind == FleetEventKind::kLinkReadmitted) {
+      const bool held = e.kind == FleetEventKind::kLinkHeld;
       {
         std::lock_guard<std::mutex> lock(mu_);
         const int k = links_.Find(e.producer, e.consumer);
@@ -121,10 +102,12 @@ void Fleet::EmitLinks(const std::vector<LinkEvent>& events) {
       }
       LogInfo("link " + link + (held ? " held out of decode placement: " : " readmitted: ") +
               e.cause + (e.detail.empty() ? "" : " (" + e.detail + ")"));
-    } else if (e.kind == "link_probe" && e.outcome != "passed") {
-      LogInfo("link " + link + " probe " + e.outcome + ": " + e.detail);
+    } else if (e.kind == FleetEventKind::kLinkProbe && e.outcome &&
+               *e.outcome != LinkProbeOutcome::kPassed) {
+      LogInfo("link " + link + " probe " + std::string(LinkProbeOutcomeName(*e.outcome)) + ": " +
+              e.detail);
     }
-    PublishEvent(LinkEventJson(e, clock_.WallNow()));
+    Publish(FromLinkEvent(e));
   }
 }
 

@@ -6,7 +6,7 @@
 namespace narwhal::router {
 namespace {
 
-LinkEvent Event(const std::string& kind, const Link& l) {
+LinkEvent Event(FleetEventKind kind, const Link& l) {
   LinkEvent e;
   e.kind = kind;
   e.producer = l.producer_iid;
@@ -121,7 +121,7 @@ std::vector<LinkEvent> LinkBook::RecordFailure(const std::string& producer,
             FormatSeconds(settings_.window_s) + " s)";
   l.next_probe_at = now;  // probe at once
   l.probe_failures = 0;
-  LinkEvent e = Event("link_held", l);
+  LinkEvent e = Event(FleetEventKind::kLinkHeld, l);
   e.cause = l.cause;
   e.detail = detail;
   events.push_back(std::move(e));
@@ -166,8 +166,8 @@ std::vector<LinkEvent> LinkBook::CompleteProbe(size_t k, LinkProbeOutcome outcom
   if (k >= links_.size()) return events;
   Link& l = links_[k];
   l.probe_running = false;
-  LinkEvent probe = Event("link_probe", l);
-  probe.outcome = std::string(LinkProbeOutcomeName(outcome));
+  LinkEvent probe = Event(FleetEventKind::kLinkProbe, l);
+  probe.outcome = outcome;
   probe.detail = detail;
   events.push_back(probe);
   if (l.state != LinkState::kHeld) return events;
@@ -182,7 +182,7 @@ std::vector<LinkEvent> LinkBook::CompleteProbe(size_t k, LinkProbeOutcome outcom
       l.last_success = now;
       l.probe_failures = 0;
       l.next_probe_at = MonoTime::max();
-      LinkEvent e = Event("link_readmitted", l);
+      LinkEvent e = Event(FleetEventKind::kLinkReadmitted, l);
       e.cause = l.cause;
       e.detail = detail;
       events.push_back(std::move(e));

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "engines/api.h"
+#include "router/fleet_event_kind.h"
 #include "router/settings.h"
 
 namespace narwhal::router {
@@ -74,11 +75,11 @@ struct Link {
 // One change of link state (or a probe result), for metrics, the journal,
 // the log and WatchEvents.
 struct LinkEvent {
-  std::string kind;  // link_held | link_readmitted | link_probe
+  FleetEventKind kind = FleetEventKind::kLinkProbe;  // kLinkHeld | kLinkReadmitted | kLinkProbe
   std::string producer;
   std::string consumer;
   std::string cause;
-  std::string outcome;  // probe outcome
+  std::optional<LinkProbeOutcome> outcome;  // probe outcome
   std::string detail;
 };
 

@@ -29,7 +29,7 @@
 #include "router/prober.h"
 #include "router/router.h"
 #include "router/startup_checks.h"
-#include "server/admin_service.h"
+#include "server/admin/admin_service.h"
 #include "server/config_loader.h"
 #include "server/engine_options.h"
 #include "server/embedded_fleet.h"

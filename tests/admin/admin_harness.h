@@ -26,7 +26,7 @@
 #include "router/metrics.h"
 #include "router/prober.h"
 #include "router/settings.h"
-#include "server/admin_service.h"
+#include "server/admin/admin_service.h"
 
 namespace narwhal::testing {
 

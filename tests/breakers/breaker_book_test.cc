@@ -79,7 +79,7 @@ std::vector<BreakerEvent> Fail(BreakerBook& book, const std::string& iid, Breake
 
 std::vector<std::string> Kinds(const std::vector<BreakerEvent>& events) {
   std::vector<std::string> out;
-  for (const BreakerEvent& e : events) out.push_back(e.kind + "(" + e.iid + ")");
+  for (const BreakerEvent& e : events) out.push_back(std::string(FleetEventKindName(e.kind)) + "(" + e.iid + ")");
   return out;
 }
 
@@ -186,8 +186,8 @@ TEST_P(HealthProbeClassTest, FailedHealthProbeEjectsACoveredEngine) {
   const std::vector<BreakerEvent> events = book.CompleteProbe(
       d0, ProbeKind::kHealth, ProbeOutcome::kFailed, "GET /health: HTTP 503", "", At(2));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)", "engine_ejected(d0)"}));
-  EXPECT_EQ(events[0].probe_kind, "health");
-  EXPECT_EQ(events[0].outcome, "failed");
+  EXPECT_EQ(events[0].probe_kind, ProbeKind::kHealth);
+  EXPECT_EQ(events[0].outcome, ProbeOutcome::kFailed);
   EXPECT_EQ(events[1].cause, "health_probe");
   EXPECT_EQ(events[1].detail, "GET /health: HTTP 503");
   EXPECT_EQ(book.State(d0, At(2)), PlacementState::kEjected);
@@ -223,7 +223,7 @@ TEST_P(HealthProbeClassTest, PassedHealthProbeClearsTheStreak) {
   const std::vector<BreakerEvent> events =
       book.CompleteProbe(d0, ProbeKind::kHealth, ProbeOutcome::kPassed, "ok", "", At(2));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)"}));
-  EXPECT_EQ(events[0].outcome, "passed");
+  EXPECT_EQ(events[0].outcome, ProbeOutcome::kPassed);
   EXPECT_EQ(Streak(book, "d0", GetParam()), 0);
   EXPECT_TRUE(Due(book, At(2)).empty());
   EXPECT_EQ(book.State(d0, At(2)), PlacementState::kServing);
@@ -247,7 +247,7 @@ TEST_P(InferenceClassTest, StreakHoldsTheEngineAndProbesAtOnce) {
   const std::vector<BreakerEvent> events =
       Fail(book, "d0", GetParam(), 1, At(1), Phase::kDecode, "p1");
   ASSERT_EQ(Kinds(events), Strings({"engine_hold_started(d0)"}));
-  EXPECT_EQ(events[0].hold_kind, "inference");
+  EXPECT_EQ(events[0].hold_kind, HoldKind::kInference);
   EXPECT_EQ(events[0].cause,
             std::string(engines::BreakerClassName(GetParam())) + " streak reached 3");
   EXPECT_EQ(book.State(d0, At(1)), PlacementState::kHeld);
@@ -270,10 +270,10 @@ TEST_P(InferenceClassTest, PassedInferenceProbeReadmitsWithVerification) {
       d0, ProbeKind::kInference, ProbeOutcome::kPassed, "decoded a handoff from p1", "p1", At(2));
   ASSERT_EQ(Kinds(events),
             Strings({"engine_probe(d0)", "engine_hold_ended(d0)", "engine_readmitted(d0)"}));
-  EXPECT_EQ(events[0].probe_kind, "inference");
-  EXPECT_EQ(events[0].outcome, "passed");
+  EXPECT_EQ(events[0].probe_kind, ProbeKind::kInference);
+  EXPECT_EQ(events[0].outcome, ProbeOutcome::kPassed);
   EXPECT_EQ(events[0].producer, "p1");
-  EXPECT_EQ(events[1].hold_kind, "inference");
+  EXPECT_EQ(events[1].hold_kind, HoldKind::kInference);
   EXPECT_EQ(events[1].cause, "verification");
   EXPECT_EQ(events[2].evidence, "verification");
   EXPECT_EQ(book.State(d0, At(2)), PlacementState::kServing);
@@ -291,7 +291,7 @@ TEST_P(InferenceClassTest, FailedInferenceProbeEjectsACoveredEngineAsAnInference
       d0, ProbeKind::kInference, ProbeOutcome::kFailed, "no first token within 0.5s", "p1", At(2));
   ASSERT_EQ(Kinds(events),
             Strings({"engine_probe(d0)", "engine_hold_ended(d0)", "engine_ejected(d0)"}));
-  EXPECT_EQ(events[0].outcome, "failed");
+  EXPECT_EQ(events[0].outcome, ProbeOutcome::kFailed);
   EXPECT_EQ(events[1].cause, "ejected");
   EXPECT_EQ(events[2].cause, "inference_probe");
   EXPECT_EQ(book.State(d0, At(2)), PlacementState::kEjected);
@@ -321,7 +321,7 @@ TEST_P(InferenceClassTest, FailedInferenceProbeKeepsAnUncoveredEngine) {
   // its hold ends at once rather than leave the role unserved.
   const std::vector<BreakerEvent> drained = book.Drain(Idx(book, "d1"), At(1));
   ASSERT_EQ(Kinds(drained), Strings({"engine_drained(d1)", "engine_hold_ended(d0)"}));
-  EXPECT_EQ(drained[1].hold_kind, "inference");
+  EXPECT_EQ(drained[1].hold_kind, HoldKind::kInference);
   EXPECT_EQ(drained[1].cause, "uncovered");
   // The probe that was already running fails: d0 stays in placement.
   const std::vector<BreakerEvent> events = book.CompleteProbe(
@@ -340,7 +340,7 @@ TEST_P(InferenceClassTest, InconclusiveProbeReturnsToTheReadmitCadence) {
   const std::vector<BreakerEvent> events = book.CompleteProbe(
       d0, ProbeKind::kInference, ProbeOutcome::kInconclusive, "no live consumer", "", At(1.5));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)"}));
-  EXPECT_EQ(events[0].outcome, "inconclusive");
+  EXPECT_EQ(events[0].outcome, ProbeOutcome::kInconclusive);
   EXPECT_EQ(book.State(d0, At(1.5)), PlacementState::kHeld);
   EXPECT_EQ(book.engine(d0).probe_failures, 0);
   EXPECT_EQ(book.engine(d0).next_probe_at, At(1.5) + engines::FromSeconds(kInterval));
@@ -358,7 +358,7 @@ TEST_P(InferenceClassTest, ProducerFailedIsTreatedAsInconclusive) {
       book.CompleteProbe(d0, ProbeKind::kInference, ProbeOutcome::kProducerFailed,
                          "no producer could make a handoff", "", At(1.5));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)"}));
-  EXPECT_EQ(events[0].outcome, "inconclusive");
+  EXPECT_EQ(events[0].outcome, ProbeOutcome::kInconclusive);
   EXPECT_EQ(book.State(d0, At(1.5)), PlacementState::kHeld);
   EXPECT_EQ(book.engine(d0).probe_failures, 0);
   EXPECT_EQ(book.engine(d0).next_probe_at, At(1.5) + engines::FromSeconds(kInterval));
@@ -369,7 +369,7 @@ TEST_P(InferenceClassTest, LastEngineOfItsRoleIsNeverHeld) {
   const size_t d0 = Idx(book, "d0");
   const std::vector<BreakerEvent> events = Fail(book, "d0", GetParam(), 3, At(1));
   ASSERT_EQ(Kinds(events), Strings({"engine_hold_suppressed(d0)"}));
-  EXPECT_EQ(events[0].hold_kind, "inference");
+  EXPECT_EQ(events[0].hold_kind, HoldKind::kInference);
   EXPECT_EQ(events[0].cause, "last engine able to serve its role");
   EXPECT_EQ(book.State(d0, At(1)), PlacementState::kServing);
   EXPECT_TRUE(book.Eligible(d0, false, At(1)));
@@ -499,7 +499,7 @@ TEST(BreakerBookTest, QuarantineExcludesAFailedEngineUntilItExpires) {
   const size_t d0 = Idx(book, "d0");
   const std::vector<BreakerEvent> events = Fail(book, "d0", BreakerClass::kTimeout, 1, At(1));
   ASSERT_EQ(Kinds(events), Strings({"engine_hold_started(d0)"}));
-  EXPECT_EQ(events[0].hold_kind, "timed");
+  EXPECT_EQ(events[0].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(events[0].cause, "decode engine_error: test failure");
   EXPECT_EQ(book.State(d0, At(1)), PlacementState::kQuarantined);
   EXPECT_FALSE(book.Eligible(d0, false, At(3.9)));
@@ -509,7 +509,7 @@ TEST(BreakerBookTest, QuarantineExcludesAFailedEngineUntilItExpires) {
   EXPECT_EQ(book.State(d0, At(4)), PlacementState::kServing);
   const std::vector<BreakerEvent> ended = book.ExpireQuarantines(At(4));
   ASSERT_EQ(Kinds(ended), Strings({"engine_hold_ended(d0)"}));
-  EXPECT_EQ(ended[0].hold_kind, "timed");
+  EXPECT_EQ(ended[0].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(ended[0].cause, "expired");
   EXPECT_FALSE(book.engine(d0).quarantine.has_value());
   EXPECT_TRUE(book.ExpireQuarantines(At(5)).empty());
@@ -554,9 +554,9 @@ TEST(BreakerBookTest, InferenceHoldSupersedesAQuarantine) {
   EXPECT_TRUE(Fail(book, "d0", BreakerClass::kStream, 1, At(2)).empty());
   const std::vector<BreakerEvent> events = Fail(book, "d0", BreakerClass::kStream, 1, At(2));
   ASSERT_EQ(Kinds(events), Strings({"engine_hold_ended(d0)", "engine_hold_started(d0)"}));
-  EXPECT_EQ(events[0].hold_kind, "timed");
+  EXPECT_EQ(events[0].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(events[0].cause, "superseded");
-  EXPECT_EQ(events[1].hold_kind, "inference");
+  EXPECT_EQ(events[1].hold_kind, HoldKind::kInference);
   EXPECT_FALSE(book.engine(d0).quarantine.has_value());
   // Past the quarantine's deadline it is still held: only a probe ends it.
   EXPECT_EQ(book.State(d0, At(100)), PlacementState::kHeld);
@@ -677,7 +677,7 @@ TEST(BreakerBookTest, LivenessMissesEjectAtTheLimitEvenTheLastEngine) {
   std::vector<BreakerEvent> events =
       book.CompleteProbe(d0, ProbeKind::kLiveness, ProbeOutcome::kFailed, "refused", "", At(0));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)"}));
-  EXPECT_EQ(events[0].probe_kind, "liveness");
+  EXPECT_EQ(events[0].probe_kind, ProbeKind::kLiveness);
   EXPECT_EQ(book.engine(d0).liveness_misses, 1);
   EXPECT_EQ(Streak(book, "d0", BreakerClass::kLiveness), 1);
   EXPECT_EQ(book.State(d0, At(0)), PlacementState::kServing);
@@ -720,7 +720,7 @@ TEST(BreakerBookTest, LivenessSuccessResetsMissesAndEndsAQuarantine) {
   const std::vector<BreakerEvent> events =
       book.CompleteProbe(d0, ProbeKind::kLiveness, ProbeOutcome::kPassed, "", "", At(10));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)", "engine_hold_ended(d0)"}));
-  EXPECT_EQ(events[1].hold_kind, "timed");
+  EXPECT_EQ(events[1].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(events[1].cause, "health");
   EXPECT_EQ(book.State(d0, At(10)), PlacementState::kServing);
   EXPECT_EQ(book.engine(d0).liveness_misses, 0);
@@ -790,7 +790,7 @@ TEST(BreakerBookTest, EjectionThatUncoversAHeldEngineEndsItsHold) {
   HoldD0(book);
   const std::vector<BreakerEvent> events = Fail(book, "d1", BreakerClass::kConnection, 3, At(2));
   ASSERT_EQ(Kinds(events), Strings({"engine_ejected(d1)", "engine_hold_ended(d0)"}));
-  EXPECT_EQ(events[1].hold_kind, "inference");
+  EXPECT_EQ(events[1].hold_kind, HoldKind::kInference);
   EXPECT_EQ(events[1].cause, "uncovered");
   EXPECT_EQ(book.State(Idx(book, "d0"), At(2)), PlacementState::kServing);
   EXPECT_EQ(book.EligibleCount(false, At(2)), 1);
@@ -805,7 +805,7 @@ TEST(BreakerBookTest, EjectionThatUncoversAQuarantinedEngineEndsTheQuarantine) {
             Strings({"engine_hold_started(d0)"}));
   const std::vector<BreakerEvent> events = Fail(book, "d1", BreakerClass::kConnection, 3, At(2));
   ASSERT_EQ(Kinds(events), Strings({"engine_ejected(d1)", "engine_hold_ended(d0)"}));
-  EXPECT_EQ(events[1].hold_kind, "timed");
+  EXPECT_EQ(events[1].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(events[1].cause, "uncovered");
   EXPECT_EQ(book.State(Idx(book, "d0"), At(2)), PlacementState::kServing);
 }
@@ -878,7 +878,7 @@ TEST(BreakerBookTest, OperatorReleasesAQuarantine) {
   ASSERT_EQ(book.State(d0, At(1)), PlacementState::kQuarantined);
   const std::vector<BreakerEvent> events = book.ReleaseQuarantine(d0, "operator");
   ASSERT_EQ(Kinds(events), Strings({"engine_hold_ended(d0)"}));
-  EXPECT_EQ(events[0].hold_kind, "timed");
+  EXPECT_EQ(events[0].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(events[0].cause, "operator");
   EXPECT_EQ(book.State(d0, At(1)), PlacementState::kServing);
 }

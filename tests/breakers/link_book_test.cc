@@ -66,7 +66,7 @@ TEST(LinkBookTest, FailuresConcentratedOnOneLinkHoldIt) {
   EXPECT_FALSE(book.Held("p0", "d0"));
   const std::vector<LinkEvent> events = book.RecordFailure("p0", "d0", "engine_error: boom", At(5));
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].kind, "link_held");
+  EXPECT_EQ(events[0].kind, FleetEventKind::kLinkHeld);
   EXPECT_EQ(events[0].producer, "p0");
   EXPECT_EQ(events[0].consumer, "d0");
   EXPECT_NE(events[0].cause.find("3 consecutive failed decodes"), std::string::npos)
@@ -177,9 +177,9 @@ TEST(LinkBookTest, AHeldLinkIsProbedAtOnceAndReadmittedByAPassedProbe) {
   std::vector<LinkEvent> events =
       book.CompleteProbe(tasks[0].link, LinkProbeOutcome::kPassed, "d0 decoded", At(4));
   ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[0].kind, "link_probe");
-  EXPECT_EQ(events[0].outcome, "passed");
-  EXPECT_EQ(events[1].kind, "link_readmitted");
+  EXPECT_EQ(events[0].kind, FleetEventKind::kLinkProbe);
+  EXPECT_EQ(events[0].outcome, LinkProbeOutcome::kPassed);
+  EXPECT_EQ(events[1].kind, FleetEventKind::kLinkReadmitted);
   EXPECT_EQ(events[1].cause, "probe passed");
   EXPECT_FALSE(book.Held("p0", "d0"));
   const Link& l = book.link(tasks[0].link);

@@ -115,7 +115,7 @@ class BreakerBookTest : public ::testing::Test {
                    const std::string& cause = "x", std::vector<BreakerEvent>* events = nullptr) {
     bool quarantined = false;
     for (BreakerEvent& e : book.RecordFailure(i, cls, Phase::kDecode, "p0", cause, now)) {
-      quarantined = quarantined || (e.kind == "engine_hold_started" && e.hold_kind == "timed");
+      quarantined = quarantined || (e.kind == FleetEventKind::kEngineHoldStarted && e.hold_kind == HoldKind::kTimed);
       if (events != nullptr) events->push_back(std::move(e));
     }
     return quarantined;
@@ -259,8 +259,8 @@ TEST_F(BreakerBookTest, B17_StreamStreakHoldsUntilAnInferenceProbePasses) {
   Fail(book, 1, BreakerClass::kStream, t0_, "decode engine_timeout: silent", &events);
   EXPECT_EQ(book.State(1, t0_), PlacementState::kHeld);
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events[0].kind, "engine_hold_started");
-  EXPECT_EQ(events[0].hold_kind, "inference");
+  EXPECT_EQ(events[0].kind, FleetEventKind::kEngineHoldStarted);
+  EXPECT_EQ(events[0].hold_kind, HoldKind::kInference);
   EXPECT_EQ(book.RecordedProducer(1), "p0");
   EXPECT_EQ(book.ProbeSide(1), Phase::kDecode);
   // The probe is due at once (no engine idle: no liveness sweeps).
@@ -280,7 +280,7 @@ TEST_F(BreakerBookTest, B17_LastEngineOfARoleIsNeverHeld) {
   for (int i = 0; i < 3; ++i) Fail(book, 1, BreakerClass::kStream, t0_, "x", &events);
   EXPECT_EQ(book.State(1, t0_), PlacementState::kServing);
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back().kind, "engine_hold_suppressed");
+  EXPECT_EQ(events.back().kind, FleetEventKind::kEngineHoldSuppressed);
 }
 
 TEST_F(BreakerBookTest, B17_ConnectionStreakEjectsEvenTheLastEngine) {
@@ -292,7 +292,7 @@ TEST_F(BreakerBookTest, B17_ConnectionStreakEjectsEvenTheLastEngine) {
   Fail(book, 1, BreakerClass::kConnection, t0_, "x", &events);
   EXPECT_EQ(book.State(1, t0_), PlacementState::kEjected);
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events[0].kind, "engine_ejected");
+  EXPECT_EQ(events[0].kind, FleetEventKind::kEngineEjected);
   EXPECT_EQ(events[0].cause, "connection");
 }
 

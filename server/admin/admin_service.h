@@ -1,4 +1,9 @@
 // AdminService: the operator's gRPC service, narwhal.admin.v1.Admin (SPEC §7).
+// This file holds the handlers and the call plumbing they share; the
+// message mappers are server/admin/admin_mappers.h, the shared callback
+// helpers server/admin/admin_callbacks.h, the WatchEvents stream
+// server/admin/watch_reactor.cc. Event counts and the readmission policy
+// are the fleet's (router/fleet_event_counts.h, router/readmission.h).
 //
 // A callback-API service: reactors never block. Reads (engines, breakers,
 // quarantine, config, the last preflight report) answer from Fleet
@@ -17,20 +22,19 @@
 //
 // With a non-empty token every RPC requires the metadata
 // "authorization: Bearer <token>" (else UNAUTHENTICATED).
-#ifndef NARWHAL_SERVER_ADMIN_SERVICE_H_
-#define NARWHAL_SERVER_ADMIN_SERVICE_H_
+#ifndef NARWHAL_SERVER_ADMIN_ADMIN_SERVICE_H_
+#define NARWHAL_SERVER_ADMIN_ADMIN_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 
 #include "engines/engine_client.h"
 #include "narwhal/admin/v1/admin.grpc.pb.h"
@@ -43,6 +47,8 @@
 #include "router/worker_pool.h"
 
 namespace narwhal::server {
+
+class PendingUnaryCall;
 
 struct AdminOptions {
   // Bearer token every RPC must carry; empty = none.
@@ -129,26 +135,7 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
                                       google::protobuf::Struct* response) override;
 
  private:
-  // A deferred unary call, finished once by its work or by Shutdown.
-  class PendingCall;
   class WatchReactor;
-
-  // Per-engine event counters, fed by an EventBus subscription. Shared
-  // with the subscription, which a publisher may still be running while
-  // the service goes away.
-  struct Counters {
-    long long holds = 0;
-    long long ejections = 0;
-    long long probes = 0;
-    long long probes_failed = 0;
-    long long readmissions = 0;
-    std::string last_readmission_evidence;
-  };
-  struct EventCounts {
-    std::mutex mu;
-    std::map<std::string, Counters> engines;
-    void Count(const nlohmann::json& event);
-  };
 
   // A warning about a refused or slow watcher, at most one a second (the
   // others are counted in the next line).
@@ -175,8 +162,6 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   const router::Clock& clock_;
   const AdminOptions options_;
   const router::WatchLimits watch_limits_;
-  const std::shared_ptr<EventCounts> counts_ = std::make_shared<EventCounts>();
-  int counts_subscription_ = 0;
 
   mutable std::mutex mu_;
   bool shutting_down_ = false;
@@ -184,7 +169,7 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   std::optional<narwhal::admin::v1::PreflightReport> last_report_;
   // Engines whose ReadmitEngine validation is running.
   std::set<std::string> readmitting_;
-  std::set<std::shared_ptr<PendingCall>> pending_;
+  std::set<std::shared_ptr<PendingUnaryCall>> pending_;
   // Open WatchEvents streams, for Shutdown.
   std::set<std::shared_ptr<router::EventBus::Watcher>> watchers_;
   std::chrono::steady_clock::time_point next_watch_log_;
@@ -196,4 +181,4 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
 
 }  // namespace narwhal::server
 
-#endif  // NARWHAL_SERVER_ADMIN_SERVICE_H_
+#endif  // NARWHAL_SERVER_ADMIN_ADMIN_SERVICE_H_

@@ -1,0 +1,31 @@
+// Fleet views (router/fleet.h snapshots, events, preflight reports) to the
+// admin API's messages (narwhal.admin.v1). Pure: no locks, no I/O.
+#ifndef NARWHAL_SERVER_ADMIN_ADMIN_MAPPERS_H_
+#define NARWHAL_SERVER_ADMIN_ADMIN_MAPPERS_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "narwhal/admin/v1/admin.pb.h"
+#include "router/fleet.h"
+#include "router/fleet_event_counts.h"
+#include "router/preflight.h"
+#include "router/settings.h"
+
+namespace narwhal::server {
+
+// An event in its wire form (router/fleet_event.h) to Event; every field
+// also goes to Event.fields.
+void FillEvent(const nlohmann::json& event, narwhal::admin::v1::Event* out);
+void FillEngine(const router::EngineSnapshot& s, narwhal::admin::v1::Engine* out);
+void FillBreakerEntry(const router::EngineSnapshot& s, const router::EngineEventCounts& counts,
+                      narwhal::admin::v1::BreakerEntry* out);
+void FillPolicy(const router::RecoverySettings& r, narwhal::admin::v1::RecoveryPolicy* out);
+void FillQuarantine(const router::EngineSnapshot& s, narwhal::admin::v1::QuarantineEntry* out);
+void FillLink(const router::LinkSnapshot& l, narwhal::admin::v1::Link* out);
+void FillReport(const router::PreflightReport& r, const std::string& trigger,
+                narwhal::admin::v1::PreflightReport* out);
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_ADMIN_ADMIN_MAPPERS_H_

@@ -1,0 +1,318 @@
+#include "server/admin/admin_service.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "router/readmission.h"
+#include "server/admin/admin_callbacks.h"
+#include "server/admin/admin_mappers.h"
+#include "server/admin/struct_codec.h"
+#include "server/api_key.h"
+#include "server/config_loader.h"
+
+namespace narwhal::server {
+namespace {
+
+namespace pb = narwhal::admin::v1;
+using router::EngineSnapshot;
+using router::PlacementState;
+
+}  // namespace
+
+// ------------------------------------------------------------------ service
+
+AdminService::AdminService(const router::Settings& settings, router::Fleet& fleet,
+                           router::Prober& prober, router::EventBus& events,
+                           engines::EngineClient& client, const router::Clock& clock,
+                           AdminOptions options)
+    : settings_(settings),
+      fleet_(fleet),
+      prober_(prober),
+      events_(events),
+      client_(client),
+      clock_(clock),
+      options_(std::move(options)),
+      watch_limits_{options_.max_watchers, options_.watch_buffer_bytes, options_.watch_queue},
+      workers_(std::make_unique<router::WorkerPool>(std::max<size_t>(1, options_.workers))) {}
+
+AdminService::~AdminService() {
+  workers_.reset();  // runs what is queued, joins
+}
+
+grpc::Status AdminService::Admit(grpc::CallbackServerContext* context) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, kAdminShuttingDown);
+  }
+  if (options_.token.empty()) return grpc::Status::OK;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing admin token (metadata authorization: Bearer <token>)");
+  }
+  // Constant time (server/api_key), as the inference doors compare theirs.
+  if (!BearerMatches(std::string_view(it->second.data(), it->second.size()), options_.token)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid admin token");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Lookup(const std::string& iid, EngineSnapshot* out) const {
+  if (iid.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "iid is required");
+  const int index = fleet_.Find(iid);
+  if (index < 0) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no engine " + iid);
+  *out = fleet_.Snapshot()[index];
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* AdminService::Defer(
+    grpc::CallbackServerContext* context, google::protobuf::Message* response,
+    std::function<grpc::Status(google::protobuf::Message* result)> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto call = std::make_shared<PendingUnaryCall>(reactor, response);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) {
+      call->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kAdminShuttingDown), nullptr);
+      return reactor;
+    }
+    pending_.insert(call);
+  }
+  std::shared_ptr<google::protobuf::Message> result(response->New());
+  workers_->Run([this, call, result, work = std::move(work)] {
+    const grpc::Status status = work(result.get());
+    call->Finish(status, result.get());
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.erase(call);
+  });
+  return reactor;
+}
+
+void AdminService::Shutdown() {
+  std::set<std::shared_ptr<PendingUnaryCall>> pending;
+  std::set<std::shared_ptr<router::EventBus::Watcher>> watchers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    pending.swap(pending_);
+    watchers = watchers_;  // each one leaves the set in its OnDone
+  }
+  const grpc::Status unavailable(grpc::StatusCode::UNAVAILABLE, kAdminShuttingDown);
+  for (const auto& call : pending) call->Finish(unavailable, nullptr);
+  for (const auto& watcher : watchers) watcher->Close();
+}
+
+router::PreflightReport AdminService::Preflight(router::PairMode pairs,
+                                                const std::string& trigger) {
+  router::PreflightReport report = router::RunPreflight(settings_, client_, clock_, pairs);
+  pb::PreflightReport proto;
+  FillReport(report, trigger, &proto);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_report_ = std::move(proto);
+  }
+  fleet_.Publish(router::PreflightEvent(report, trigger));
+  return report;
+}
+
+grpc::Status AdminService::Readmit(const std::string& iid, pb::ReadmitEngineResponse* out) {
+  // The policy (which validation, which evidence) is the fleet's
+  // (router/readmission.h); this maps its result.
+  const bool pinned = settings_.engine_contract.has_value();
+  absl::StatusOr<router::ReadmitResult> r =
+      router::ValidateAndReadmit(fleet_, prober_, iid, pinned);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  EngineSnapshot after;
+  if (grpc::Status found = Lookup(iid, &after); !found.ok()) return found;
+  FillEngine(after, out->mutable_engine());
+  out->set_readmitted(r->readmitted);
+  if (!r->readmitted) {
+    out->set_detail("already serving");
+    return grpc::Status::OK;
+  }
+  out->set_validation(std::string(router::ProbeKindName(r->plan.validation)));
+  out->set_detail(r->probe.detail);
+  out->set_evidence(r->plan.evidence);
+  return grpc::Status::OK;
+}
+
+// ------------------------------------------------------------------ RPCs
+
+grpc::ServerUnaryReactor* AdminService::ListEngines(grpc::CallbackServerContext* context,
+                                                    const pb::ListEnginesRequest*,
+                                                    pb::ListEnginesResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  for (const EngineSnapshot& s : fleet_.Snapshot()) FillEngine(s, response->add_engines());
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetEngine(grpc::CallbackServerContext* context,
+                                                  const pb::GetEngineRequest* request,
+                                                  pb::Engine* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  EngineSnapshot snapshot;
+  if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  FillEngine(snapshot, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetBreakers(grpc::CallbackServerContext* context,
+                                                    const pb::GetBreakersRequest*,
+                                                    pb::GetBreakersResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  const std::vector<EngineSnapshot> snapshots = fleet_.Snapshot();
+  std::map<std::string, router::EngineEventCounts> counts = fleet_.EventCounts();
+  for (const EngineSnapshot& s : snapshots) {
+    FillBreakerEntry(s, counts[s.settings.iid], response->add_engines());
+  }
+  std::string why;
+  response->set_ready(fleet_.Ready(&why));
+  if (!response->ready()) response->set_not_ready_reason(why);
+  FillPolicy(settings_.recovery, response->mutable_policy());
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListQuarantine(grpc::CallbackServerContext* context,
+                                                       const pb::ListQuarantineRequest*,
+                                                       pb::ListQuarantineResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  for (const EngineSnapshot& s : fleet_.Snapshot()) {
+    if (s.hold_kind != "timed") continue;
+    FillQuarantine(s, response->add_engines());
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* context,
+                                                  const pb::ListLinksRequest* request,
+                                                  pb::ListLinksResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  for (const router::LinkSnapshot& l : fleet_.Links()) {
+    if (request->held_only() && l.state != router::LinkState::kHeld) continue;
+    FillLink(l, response->add_links());
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::RunPreflight(grpc::CallbackServerContext* context,
+                                                     const pb::RunPreflightRequest* request,
+                                                     pb::PreflightReport* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  if (request->pairs() != pb::PAIRS_UNSPECIFIED && request->pairs() != pb::PAIRS_MESH &&
+      request->pairs() != pb::PAIRS_RING) {
+    return FinishNow(context,
+                     grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown pairs value"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (preflight_running_) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::ABORTED,
+                                             "a preflight is already running; "
+                                             "GetPreflightReport returns it when done"));
+    }
+    preflight_running_ = true;
+  }
+  const router::PairMode pairs =
+      request->pairs() == pb::PAIRS_RING ? router::PairMode::kRing : router::PairMode::kMesh;
+  return Defer(context, response, [this, pairs](google::protobuf::Message* result) {
+    Preflight(pairs, "admin");
+    std::lock_guard<std::mutex> lock(mu_);
+    preflight_running_ = false;
+    result->CopyFrom(*last_report_);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminService::GetPreflightReport(grpc::CallbackServerContext* context,
+                                                           const pb::GetPreflightReportRequest*,
+                                                           pb::PreflightReport* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!last_report_) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                             "no preflight has run yet (start narwhal-serve with "
+                                             "--preflight, or call RunPreflight)"));
+    }
+    response->CopyFrom(*last_report_);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::EjectEngine(grpc::CallbackServerContext* context,
+                                                    const pb::EjectEngineRequest* request,
+                                                    pb::Engine* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  EngineSnapshot snapshot;
+  if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  const std::string detail =
+      request->reason().empty() ? "ejected by an operator" : request->reason();
+  if (absl::Status s = fleet_.Eject(request->iid(), detail); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  Lookup(request->iid(), &snapshot);
+  FillEngine(snapshot, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::ReadmitEngine(grpc::CallbackServerContext* context,
+                                                      const pb::ReadmitEngineRequest* request,
+                                                      pb::ReadmitEngineResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  EngineSnapshot snapshot;
+  if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  const std::string iid = request->iid();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!readmitting_.insert(iid).second) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::ABORTED,
+                                             "a readmission of " + iid + " is already running"));
+    }
+  }
+  return Defer(context, response, [this, iid](google::protobuf::Message* result) {
+    const grpc::Status status = Readmit(iid, static_cast<pb::ReadmitEngineResponse*>(result));
+    std::lock_guard<std::mutex> lock(mu_);
+    readmitting_.erase(iid);
+    return status;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminService::DrainEngine(grpc::CallbackServerContext* context,
+                                                    const pb::DrainEngineRequest* request,
+                                                    pb::Engine* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  EngineSnapshot snapshot;
+  if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = fleet_.Drain(request->iid()); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  Lookup(request->iid(), &snapshot);
+  FillEngine(snapshot, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::ReleaseQuarantine(
+    grpc::CallbackServerContext* context, const pb::ReleaseQuarantineRequest* request,
+    pb::Engine* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  EngineSnapshot snapshot;
+  if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = fleet_.ReleaseQuarantine(request->iid()); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  Lookup(request->iid(), &snapshot);
+  FillEngine(snapshot, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetConfig(grpc::CallbackServerContext* context,
+                                                  const pb::GetConfigRequest*,
+                                                  google::protobuf::Struct* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  JsonToStruct(SettingsToJson(settings_), response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+}  // namespace narwhal::server
