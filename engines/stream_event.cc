@@ -31,6 +31,8 @@ enum class Key : uint8_t {
   kError,
   kChoices,
   kUsage,
+  kPromptTokensDetails,
+  kCachedTokens,
   kObject,
   kMessage,
   kCode,
@@ -78,10 +80,14 @@ Key IdentifyKey(std::string_view k) {
     case 13:
       if (k == "finish_reason") return Key::kFinishReason;
       if (k == "prompt_tokens") return Key::kPromptTokens;
+      if (k == "cached_tokens") return Key::kCachedTokens;
       break;
     case 17:
       if (k == "reasoning_content") return Key::kReasoning;
       if (k == "completion_tokens") return Key::kCompletionTokens;
+      break;
+    case 21:
+      if (k == "prompt_tokens_details") return Key::kPromptTokensDetails;
       break;
     default:
       break;
@@ -547,6 +553,13 @@ class Scan {
   bool Usage(od::object& usage) {
     constexpr int kDepth = 3;
     return Members(usage, [this](Key key, od::value& v) {
+      if (key == Key::kPromptTokensDetails) {
+        od::json_type type;
+        if (!Type(v, &type)) return false;
+        if (type != od::json_type::object) return Skip(v, kDepth);
+        od::object details;
+        return v.get_object().get(details) == simdjson::SUCCESS && PromptTokensDetails(details);
+      }
       if (key != Key::kCompletionTokens && key != Key::kPromptTokens) return Skip(v, kDepth);
       bool has_integer = false;
       long long n = 0;
@@ -554,6 +567,19 @@ class Scan {
       if (has_integer) {
         (key == Key::kCompletionTokens ? event_->completion_tokens : event_->prompt_tokens) = n;
       }
+      return true;
+    });
+  }
+
+  // usage.prompt_tokens_details: cached_tokens.
+  bool PromptTokensDetails(od::object& details) {
+    constexpr int kDepth = 4;
+    return Members(details, [this](Key key, od::value& v) {
+      if (key != Key::kCachedTokens) return Skip(v, kDepth);
+      bool has_integer = false;
+      long long n = 0;
+      if (!Integer(v, kDepth, &has_integer, &n)) return false;
+      if (has_integer) event_->cached_tokens = n;
       return true;
     });
   }
@@ -633,6 +659,7 @@ void StreamEvent::Clear() {
   finish_reason.clear();
   completion_tokens = -1;
   prompt_tokens = -1;
+  cached_tokens = -1;
   error_status = 0;
   error_message.clear();
   choices = 0;

@@ -52,6 +52,9 @@ struct StreamEvent {
   // usage.completion_tokens / usage.prompt_tokens when the event has usage, else -1.
   long long completion_tokens = -1;
   long long prompt_tokens = -1;
+  // usage.prompt_tokens_details.cached_tokens when reported (vLLM with
+  // --enable-prompt-tokens-details), else -1.
+  long long cached_tokens = -1;
   // kError only: the error object's status (its integer `code` when in
   // 400..599, else 500) and message.
   int error_status = 0;

@@ -69,6 +69,7 @@ Fleet::Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Jou
     PublishLocked(i);
   }
   InitLinkGauges();
+  InitRecompute();
 }
 
 std::vector<Candidate> Fleet::CandidatesLocked(Phase phase,

@@ -26,6 +26,7 @@
 #include "router/fleet_event.h"
 #include "router/fleet_event_counts.h"
 #include "router/journal.h"
+#include "router/kv_recompute.h"
 #include "router/link_book.h"
 #include "router/metrics.h"
 #include "router/placement.h"
@@ -50,6 +51,12 @@ struct LinkSnapshot {
   std::optional<double> next_probe_in_s;
   int probe_failures = 0;
   bool probe_running = false;
+};
+
+// A scrape of one consumer's /metrics the monitor should run now (its
+// failed-transfer counter, router/kv_recompute.h).
+struct RecomputeScrapeTask {
+  size_t index = 0;
 };
 
 // A read-only view of one engine (admin API, /ready, tests).
@@ -161,6 +168,27 @@ class Fleet {
                          const std::string& detail);
   std::vector<LinkSnapshot> Links() const;
 
+  // --- silent-recompute detection (fleet_recompute.cc; router/kv_recompute.h) ---
+  static constexpr double kRecomputeScrapeIntervalS = 1;
+  // A crossed decode producer→consumer was sent.
+  void RecomputeDecodeStarted(const std::string& producer, const std::string& consumer);
+  // It ended: `suspected` when its usage says the consumer recomputed the
+  // prompt (rule (a); counted on the consumer, logged with `evidence`, and a
+  // failure of the link), `failed` when the decode failed.
+  void RecomputeDecodeEnded(const std::string& producer, const std::string& consumer,
+                            bool suspected, bool failed, const std::string& evidence);
+  // A link probe's decode ended; `explained`: it recomputed (rule (a)) or
+  // failed. Never counted (the probe's outcome records it), but it explains
+  // a failed transfer on the consumer. Pair with RecomputeDecodeStarted.
+  void RecomputeProbeEnded(const std::string& producer, const std::string& consumer,
+                           bool explained);
+  // Consumers whose /metrics are due (every kRecomputeScrapeIntervalS),
+  // marked running.
+  std::vector<RecomputeScrapeTask> TakeDueRecomputeScrapes();
+  // The scrape's failed-transfer counter (nullopt: none, or no answer).
+  void CompleteRecomputeScrape(const RecomputeScrapeTask& task,
+                               std::optional<double> failed_transfers);
+
   // --- fleet monitor ---
   // Probes due now (marked running), and timed holds that expired.
   std::vector<ProbeTask> TakeDueProbes();
@@ -224,6 +252,9 @@ class Fleet {
   // Link evidence from a failed crossed decode; link gauges and events.
   void RecordLinkFailure(const engines::EngineFailure& failure, const std::string& producer);
   void InitLinkGauges();
+  void InitRecompute();
+  // Counts `n` suspected recomputes on engine `index` (mu_ not held).
+  void CountRecompute(size_t index, long long n);
   void EmitLinks(const std::vector<LinkEvent>& events);
 
   // Cached series per engine; null without metrics.
@@ -251,6 +282,11 @@ class Fleet {
   std::vector<int> reserved_;                 // [engine] decode legs placed before their prefill
   std::vector<PrefixIndex> indexes_;          // [engine] cache_aware prefill placement
   std::array<size_t, 2> rotation_{};  // per phase, so each spreads on its own
+  // Silent-recompute detection.
+  RecomputeLedger recompute_;
+  std::vector<prometheus::Counter*> recompute_counters_;  // [engine]; null: not a consumer
+  std::vector<MonoTime> next_scrape_;                      // [engine]
+  std::vector<bool> scrape_running_;                       // [engine]
 };
 
 }  // namespace narwhal::router

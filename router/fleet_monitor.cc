@@ -36,6 +36,9 @@ void FleetMonitor::Loop() {
     for (const LinkProbeTask& task : fleet_.TakeDueLinkProbes()) {
       probes_->Run([this, task] { prober_.RunLink(task); });
     }
+    for (const RecomputeScrapeTask& task : fleet_.TakeDueRecomputeScrapes()) {
+      probes_->Run([this, task] { prober_.ScrapeRecompute(task); });
+    }
     lock.lock();
     cv_.wait_for(lock, tick_, [&] { return stop_; });
   }

@@ -1,7 +1,9 @@
 // FleetMonitor: the background loop that keeps breaker state moving. Every
 // tick it asks the Fleet for due probes (holds, ejections, health probes,
 // liveness sweeps) and expired quarantines, and runs each probe on its own
-// bounded pool so one slow engine never delays another's probe.
+// bounded pool so one slow engine never delays another's probe. It also
+// scrapes each consumer's /metrics every Fleet::kRecomputeScrapeIntervalS
+// for its failed-transfer counter (router/kv_recompute.h).
 #ifndef NARWHAL_ROUTER_FLEET_MONITOR_H_
 #define NARWHAL_ROUTER_FLEET_MONITOR_H_
 

@@ -99,6 +99,7 @@ std::vector<LinkEvent> LinkBook::RecordFailure(const std::string& producer,
   const int k = Find(producer, consumer);
   if (k < 0) return events;
   Link& l = links_[k];
+  l.last_was_success = false;
   ++l.failures;
   if (l.streak++ == 0) l.streak_started = now;
   l.last_failure = now;
@@ -135,7 +136,25 @@ void LinkBook::RecordSuccess(const std::string& producer, const std::string& con
   Link& l = links_[k];
   ++l.successes;
   l.last_success = now;
+  l.success_reset_streak = l.streak;
+  l.success_reset_started = l.streak_started;
+  l.last_was_success = true;
   l.streak = 0;
+}
+
+std::vector<LinkEvent> LinkBook::ReclassifyLastSuccess(const std::string& producer,
+                                                       const std::string& consumer,
+                                                       const std::string& detail, MonoTime now) {
+  const int k = Find(producer, consumer);
+  if (k < 0) return {};
+  Link& l = links_[k];
+  if (l.last_was_success && l.successes > 0) {
+    // That decode failed after all: the streak it ended resumes.
+    --l.successes;
+    l.streak = l.success_reset_streak;
+    l.streak_started = l.success_reset_started;
+  }
+  return RecordFailure(producer, consumer, detail, now);
 }
 
 bool LinkBook::Held(const std::string& producer, const std::string& consumer) const {

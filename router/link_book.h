@@ -66,6 +66,11 @@ struct Link {
   std::optional<MonoTime> last_success;
   std::optional<MonoTime> last_failure;
   std::string last_failure_detail;
+  // Whether the latest evidence was a success, and the streak it ended
+  // (ReclassifyLastSuccess).
+  bool last_was_success = false;
+  int success_reset_streak = 0;
+  MonoTime success_reset_started{};
   // Readmission probes (held links only).
   MonoTime next_probe_at = MonoTime::max();
   int probe_failures = 0;
@@ -108,6 +113,14 @@ class LinkBook {
                                        const std::string& detail, MonoTime now);
   // A crossed decode over producer→consumer reached [DONE].
   void RecordSuccess(const std::string& producer, const std::string& consumer, MonoTime now);
+
+  // A crossed decode counted as a success turned out to have failed (its
+  // consumer's failed-transfer counter rose, router/kv_recompute.h): when
+  // the link's latest evidence is a success, it is taken back and the streak
+  // it ended resumes; then a failure is recorded as RecordFailure does.
+  std::vector<LinkEvent> ReclassifyLastSuccess(const std::string& producer,
+                                               const std::string& consumer,
+                                               const std::string& detail, MonoTime now);
 
   bool Held(const std::string& producer, const std::string& consumer) const;
 

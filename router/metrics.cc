@@ -126,7 +126,14 @@ Metrics::Metrics(prometheus::Registry& r)
       link_held(prometheus::BuildGauge()
                     .Name("narwhal_link_held")
                     .Help("1 while a producer->consumer link is held out of decode placement.")
-                    .Register(r)) {
+                    .Register(r)),
+      kv_recompute_suspected_total(
+          prometheus::BuildCounter()
+              .Name("narwhal_kv_recompute_suspected_total")
+              .Help("Decodes on this consumer that did not use the KV cache sent from the "
+                    "prefill engine and computed the prompt again (the answer is correct, "
+                    "only slower).")
+              .Register(r)) {
   for (std::string_view reason : kAbandonReasonNames) {
     handoffs_abandoned_total.Add({{"reason", std::string(reason)}});
   }

@@ -56,6 +56,8 @@ class Metrics {
   PlacementMetrics placement;
   // Links
   prometheus::Family<prometheus::Gauge>& link_held;  // {producer, consumer}
+  // Crossed decodes whose consumer recomputed the prompt (router/kv_recompute.h)
+  prometheus::Family<prometheus::Counter>& kv_recompute_suspected_total;  // {iid}
 };
 
 }  // namespace narwhal::router

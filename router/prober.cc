@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "router/contract_check.h"
+#include "router/kv_recompute.h"
 
 namespace narwhal::router {
 namespace {
@@ -11,6 +12,19 @@ namespace {
 class DiscardObserver : public engines::DecodeObserver {
  public:
   bool OnEvent(std::string_view, const engines::StreamEvent&) override { return true; }
+};
+
+// A link probe's decode: keeps the usage, so a consumer that recomputes the
+// prompt (router/kv_recompute.h, rule (a)) fails the probe.
+class UsageObserver : public engines::DecodeObserver {
+ public:
+  bool OnEvent(std::string_view, const engines::StreamEvent& ev) override {
+    if (ev.prompt_tokens >= 0) prompt_tokens = ev.prompt_tokens;
+    if (ev.cached_tokens >= 0) cached_tokens = ev.cached_tokens;
+    return true;
+  }
+  long long prompt_tokens = -1;
+  long long cached_tokens = -1;
 };
 
 }  // namespace
@@ -141,10 +155,20 @@ ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {
     r.detail = "producer " + producer.iid + " failed: " + pre.failure->detail;
     return r;
   }
-  DiscardObserver observer;
+  UsageObserver observer;
+  fleet_.RecomputeDecodeStarted(producer.iid, consumer.iid);
   engines::DecodeOutcome dec =
       client_.Decode(consumer, *pre.result, body, false, ProbeLeg("d"), observer);
-  if (dec.ok()) {
+  const bool recomputed =
+      dec.ok() && RecomputeSuspected(observer.prompt_tokens, observer.cached_tokens);
+  fleet_.RecomputeProbeEnded(producer.iid, consumer.iid,
+                             recomputed || (!dec.ok() && !dec.handoff_left_with_producer));
+  if (recomputed) {
+    r.outcome = ProbeOutcome::kFailed;
+    r.detail = consumer.iid + " recomputed the prompt instead of using the KV cache from " +
+               producer.iid + " (cached_tokens " + std::to_string(observer.cached_tokens) +
+               " of " + std::to_string(observer.prompt_tokens) + " prompt tokens)";
+  } else if (dec.ok()) {
     r.outcome = ProbeOutcome::kPassed;
     r.detail = consumer.iid + " decoded a handoff from " + producer.iid;
   } else if (dec.failure->evidence_iid == producer.iid) {
@@ -164,6 +188,15 @@ void Prober::RunLink(const LinkProbeTask& task) {
                                        ? LinkProbeOutcome::kFailed
                                        : LinkProbeOutcome::kInconclusive;
   fleet_.CompleteLinkProbe(task, outcome, r.detail);
+}
+
+void Prober::ScrapeRecompute(const RecomputeScrapeTask& task) {
+  const engines::EngineTarget target = fleet_.Target(task.index);
+  const engines::ControlResponse res =
+      client_.Control(target, "GET", "/metrics", "", settings_.engine.health_timeout_s);
+  std::optional<double> value;
+  if (res.ok()) value = FailedTransfers(res.body);
+  fleet_.CompleteRecomputeScrape(task, value);
 }
 
 void Prober::Run(const ProbeTask& task) {

@@ -16,7 +16,9 @@
 //   link      - a held producer->consumer link (router/link_book.h): a
 //               one-token prefill on the producer whose handoff the
 //               consumer decodes; a failed prefill (or a handoff the decode
-//               blames on the producer) is inconclusive.
+//               blames on the producer) is inconclusive; a decode whose
+//               usage shows the prompt recomputed fails it.
+//   scrape    - GET /metrics of a consumer for its failed-transfer counter.
 // Blocking; runs on the FleetMonitor's probe threads. Thread-safe.
 #ifndef NARWHAL_ROUTER_PROBER_H_
 #define NARWHAL_ROUTER_PROBER_H_
@@ -47,6 +49,10 @@ class Prober {
 
   // Runs a link probe and reports the result to the fleet.
   void RunLink(const LinkProbeTask& task);
+
+  // GET /metrics of a consumer: its failed-transfer counter
+  // (router/kv_recompute.h), reported to the fleet.
+  void ScrapeRecompute(const RecomputeScrapeTask& task);
 
   // The checks themselves (exposed for tests and operator readmission).
   ProbeResult ProbeLink(const LinkProbeTask& task);

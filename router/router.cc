@@ -12,6 +12,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "router/assembler.h"
+#include "router/kv_recompute.h"
 #include "router/log.h"
 #include "router/prefix_index.h"
 
@@ -49,6 +50,7 @@ class AttemptRelay : public engines::DecodeObserver {
     }
     if (ev.completion_tokens >= 0) completion_tokens_ = ev.completion_tokens;
     if (ev.prompt_tokens >= 0) prompt_tokens_ = ev.prompt_tokens;
+    if (ev.cached_tokens >= 0) cached_tokens_ = ev.cached_tokens;
     if (!ev.finish_reason.empty()) finish_reason_ = ev.finish_reason;
 
     if (!request_.stream) {
@@ -94,6 +96,7 @@ class AttemptRelay : public engines::DecodeObserver {
     return completion_tokens_ >= 0 ? completion_tokens_ : tokens_;
   }
   long long prompt_tokens() const { return prompt_tokens_; }
+  long long cached_tokens() const { return cached_tokens_; }
   const std::string& finish_reason() const { return finish_reason_; }
 
  private:
@@ -114,6 +117,7 @@ class AttemptRelay : public engines::DecodeObserver {
   long long pending_tokens_ = 0;
   long long completion_tokens_ = -1;
   long long prompt_tokens_ = -1;
+  long long cached_tokens_ = -1;  // usage.prompt_tokens_details.cached_tokens
   std::string finish_reason_;
   bool committed_ = false;
   bool assembly_failed_ = false;
@@ -330,10 +334,12 @@ class Router::Run {
     decode_options.request_deadline = request_.deadline;
     decode_options.cancel = &sink_->cancel_token();
     AttemptRelay relay(request_, *sink_, r_.clock_, r_.metrics_);
+    r_.fleet_.RecomputeDecodeStarted(producer_target.iid, consumer_target.iid);
     engines::DecodeOutcome decode =
         co_await r_.engines_.Decode(consumer_target, *prefill.result, request_.body,
                                     request_.stream, decode_options, relay);
     consumer->Release();
+    NoteRecompute(producer_target.iid, consumer_target.iid, decode, relay);
     if (relay.first_token()) {
       first_byte_s_ = engines::Seconds(*relay.first_token() - request_.arrived);  // B9
       output_tokens_ = relay.output_tokens();
@@ -346,7 +352,7 @@ class Router::Run {
 
     if (decode.ok()) {
       r_.fleet_.RecordSuccess(consumer_target.iid, Success::kDecodeDone);
-      if (consumer_target.iid != producer_target.iid) {
+      if (consumer_target.iid != producer_target.iid && !recompute_evidence_.has_value()) {
         r_.fleet_.RecordLinkSuccess(producer_target.iid, consumer_target.iid);
       }
       // "completed" means the client took the whole stream, not only that
@@ -457,6 +463,29 @@ class Router::Run {
     return false;
   }
 
+  // Silent recompute (router/kv_recompute.h): a crossed decode whose usage
+  // says its consumer computed the prompt again; the answer is not failed.
+  void NoteRecompute(const std::string& producer, const std::string& consumer,
+                     const engines::DecodeOutcome& decode, const AttemptRelay& relay) {
+    recompute_evidence_.reset();
+    if (producer == consumer) return;
+    const bool suspected =
+        decode.ok() && RecomputeSuspected(relay.prompt_tokens(), relay.cached_tokens());
+    const bool failed = !decode.ok() && !decode.handoff_left_with_producer;
+    std::string evidence;
+    if (suspected) {
+      recompute_evidence_ = json{{"source", "usage"},
+                                 {"producer", producer},
+                                 {"consumer", consumer},
+                                 {"prompt_tokens", relay.prompt_tokens()},
+                                 {"cached_tokens", relay.cached_tokens()}};
+      evidence = "request " + request_.rid + ": cached_tokens " +
+                 std::to_string(relay.cached_tokens()) + " of " +
+                 std::to_string(relay.prompt_tokens()) + " prompt tokens";
+    }
+    r_.fleet_.RecomputeDecodeEnded(producer, consumer, suspected, failed, evidence);
+  }
+
   // Hands a valid handoff that will not be decoded to the releaser (it
   // returns at once; the release never touches this request).
   void Abandon(const engines::PrefillResult& handoff, AbandonReason reason, MonoTime handoff_start,
@@ -523,6 +552,10 @@ class Router::Run {
                  {"attempts", attempts_},
                  {"attempt_failures", std::move(failures)},
                  {"tpot_s", OptionalSeconds(tpot_s_)}};
+    if (recompute_evidence_) {
+      info["kv_recompute_suspected"] = true;
+      info["kv_recompute_evidence"] = *recompute_evidence_;
+    }
     if (abandoned_) {
       info["handoff_abandoned"] = AbandonReasonName(*abandoned_);
       info["handoff_released"] = released_;
@@ -563,6 +596,8 @@ class Router::Run {
   // started (journal: handoff_abandoned, handoff_released).
   std::optional<AbandonReason> abandoned_;
   bool released_ = false;
+  // The latest attempt's recompute evidence (journal: kv_recompute_*).
+  std::optional<json> recompute_evidence_;
 };
 
 Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fleet& fleet,
@@ -731,6 +766,7 @@ void Router::WriteJournal(const Request& request, const Outcome& outcome,
       {"output_tokens", outcome.output_tokens},
       {"handoff_abandoned", nullptr},
       {"handoff_released", nullptr},
+      {"kv_recompute_suspected", false},
   };
   for (auto it = attempt_info.begin(); it != attempt_info.end(); ++it) row[it.key()] = *it;
   journal_->Write(std::move(row));

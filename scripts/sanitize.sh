@@ -38,7 +38,7 @@ UNIT_TARGETS=(
   config_loader_test readme_config_test json_depth_test idle_memory_release_test
   runtime_tuning_test
   breaker_book_test fleet_prober_test link_book_test fleet_links_test
-  handoff_release_test placement_test fleet_event_test readmission_test
+  handoff_release_test placement_test fleet_event_test readmission_test kv_recompute_test
   api_key_test request_limits_test config_limits_test config_loader_tls_test
   client_request_id_test process_metrics_test
   admission_test http_generation_request_test grpc_call_test
@@ -60,7 +60,7 @@ TSAN_TARGETS=(
   leg_timer_test cancel_token_test sse_reader_test stream_event_test connector_test
   beast_engine_client_fake_time_test http_door_test
   breaker_book_test fleet_prober_test idle_memory_release_test
-  handoff_release_test placement_test fleet_links_test fleet_event_test readmission_test
+  handoff_release_test placement_test fleet_links_test fleet_event_test readmission_test kv_recompute_test
 )
 
 case "$mode" in

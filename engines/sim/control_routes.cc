@@ -154,6 +154,7 @@ void AddControlRoutes(httplib::Server& server, EngineState& state) {
           {"threads", o.threads},
           {"kv_load_failure_policy",
            std::string(PolicyName(o.kv_load_failure_policy))},
+          {"prompt_tokens_details", o.prompt_tokens_details},
           {"api_key", !o.api_key.empty()}});
   });
 }

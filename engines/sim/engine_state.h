@@ -42,6 +42,9 @@ struct EngineState {
   StopSignal stopping;
   // Inference requests in progress (vllm:num_requests_running).
   std::atomic<int> running{0};
+  // KV pulls that failed on this consumer, the recompute fault's included
+  // (vllm:nixl_num_failed_transfers_total).
+  std::atomic<int64_t> failed_transfers{0};
 };
 
 }  // namespace narwhal::sim

@@ -38,6 +38,7 @@ const std::vector<KindInfo>& Kinds() {
        {}},
       {FaultKind::kMalformedBlockIds, "malformed_block_ids", {"block_ids"}},
       {FaultKind::kSlowTokens, "slow_tokens", {"interval_ms"}},
+      {FaultKind::kRecompute, "recompute", {}},
   };
   return *kKinds;
 }
@@ -152,6 +153,11 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
     return absl::InvalidArgumentError(
         absl::StrCat(path, ".phase: kind \"", kind_name,
                      "\" applies only to the prefill phase"));
+  }
+  if (rule.kind == FaultKind::kRecompute && rule.phase == PhaseFilter::kPrefill) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".phase: kind \"", kind_name,
+                     "\" applies only to the decode phase"));
   }
   if (json.contains("times")) {
     int times = 0;
@@ -278,6 +284,11 @@ bool FaultRule::Matches(Phase request_phase,
     return false;
   }
   if (IsDescriptorKind(kind) && request_phase != Phase::kPrefill) return false;
+  // A consumer-side fault: only a decode that carries a handoff.
+  if (kind == FaultKind::kRecompute &&
+      (request_phase != Phase::kDecode || request_remote_engine_id.empty())) {
+    return false;
+  }
   switch (phase) {
     case PhaseFilter::kPrefill:
       return request_phase == Phase::kPrefill;

@@ -23,8 +23,14 @@
 //   malformed_block_ids {block_ids} descriptor with bad remote_block_ids
 //                                   (default [[<first id>, "x"]])
 //   slow_tokens {interval_ms (required)}
+//   recompute                       a consumer ignores the handoff: no pull,
+//                                   the prompt computed locally, usage
+//                                   cached_tokens 0, failed-transfer counter
+//                                   bumped; the producer's lease runs out
 // The three descriptor kinds only ever match prefill-phase requests: phase
 // "decode" is rejected for them, and "any" means the prefill phase.
+// recompute only ever matches decode requests carrying a complete descriptor
+// (remote_engine_id set): phase "prefill" is rejected, "any" means decode.
 // Any other rule may carry {"remote_engine_id": ID}: it then matches only
 // requests whose kv_transfer_params.remote_engine_id is exactly ID (decodes
 // of handoffs from that one producer).
@@ -63,6 +69,7 @@ enum class FaultKind {
   kDescriptorWithoutEngineId,
   kMalformedBlockIds,
   kSlowTokens,
+  kRecompute,
 };
 
 // The phase of a request: kPrefill when its kv_transfer_params has

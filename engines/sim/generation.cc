@@ -65,7 +65,9 @@ void Generation::CountToken() {
 
 Usage Generation::MakeUsage(int completion_tokens) const {
   Usage usage{request_.prompt_tokens, completion_tokens};
-  if (state_.prefix_cache.enabled()) usage.cached_tokens = cached_tokens_;
+  if (state_.prefix_cache.enabled() || state_.options.prompt_tokens_details) {
+    usage.cached_tokens = cached_tokens_;
+  }
   return usage;
 }
 
@@ -78,12 +80,28 @@ Generation::Prelude Generation::RunPrelude() {
   auto interrupted = [](WaitEnd how) {
     return how == WaitEnd::kStopped ? Prelude::kStopped : Prelude::kClientGone;
   };
-  if (request_.kv.kind == KvParams::Kind::kConsumer) {
+  if (request_.kv.kind == KvParams::Kind::kConsumer &&
+      Is(FaultKind::kRecompute)) {
+    // The transfer failed and the prompt is computed here (vLLM's
+    // kv_load_failure_policy "recompute"): nothing is pulled, so the
+    // producer keeps the blocks until its lease ends.
+    state_.failed_transfers.fetch_add(1);
+    state_.log.Warning(absl::StrCat(
+        "KV load failed for ", ctx_.id, " (handoff from ",
+        request_.kv.remote_engine_id,
+        "): recompute fault; computing the prompt locally"));
+  } else if (request_.kv.kind == KvParams::Kind::kConsumer) {
     const WaitEnd how = waiter_.Sleep(Millis(state_.options.kv_transfer_ms));
     if (how != WaitEnd::kElapsed) return interrupted(how);
     const PullReply reply =
         PullHandoff(request_.kv, state_.options.engine_id, ctx_.id, kPullTimeout);
-    if (reply.ok) return Prelude::kReady;
+    if (reply.ok) {
+      // vLLM counts the pulled tokens as cached, all but the last one,
+      // which it recomputes.
+      cached_tokens_ = std::max(0, request_.prompt_tokens - 1);
+      return Prelude::kReady;
+    }
+    state_.failed_transfers.fetch_add(1);
     state_.log.Warning(absl::StrCat(
         "KV load failed for ", ctx_.id, " (handoff from ",
         request_.kv.remote_engine_id, "): ", reply.detail, "; policy ",

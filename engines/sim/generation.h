@@ -16,6 +16,9 @@
 //   error_in_stream             N tokens, error frame,    HTTP <code> (500 when
 //                               [DONE]                    not an int 100..599)
 //   slow_tokens                 that token interval       that interval
+//   recompute (consumer)        no pull: the prompt's prefill time, usage
+//                               cached_tokens 0 (the prefix cache's hit),
+//                               vllm:nixl_num_failed_transfers_total + 1
 //   no_descriptor, descriptor_without_engine_id, malformed_block_ids:
 //                               (prefill answers are never streamed)
 //
@@ -75,7 +78,8 @@ class Generation {
   void CountToken();
   OrderedJson Descriptor();
   absl::Duration TokenInterval() const;
-  // Usage with the prefix cache's hit when the cache is on.
+  // Usage with cached_tokens when the prefix cache or prompt_tokens_details
+  // is on.
   Usage MakeUsage(int completion_tokens) const;
 
   EngineState& state_;
@@ -85,7 +89,9 @@ class Generation {
   const Waiter waiter_;
   ResponseContext ctx_;
   int tokens_sent_ = 0;
-  int cached_tokens_ = 0;  // prompt tokens the prefix cache held (local prefill)
+  // Prompt tokens not computed here: the prefix cache's hit (local prefill)
+  // or the pulled ones but the last (a consumer that pulled its handoff).
+  int cached_tokens_ = 0;
 };
 
 }  // namespace narwhal::sim

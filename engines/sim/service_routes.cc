@@ -36,6 +36,13 @@ std::string MetricsText(EngineState& state) {
       "# TYPE vllm:nixl_num_kv_expired_reqs_total counter\n",
       "vllm:nixl_num_kv_expired_reqs_total", labels, " ",
       state.kv.expired_total(), ".0\n");
+  absl::StrAppend(
+      &text,
+      "# HELP vllm:nixl_num_failed_transfers_total Number of failed NIXL KV "
+      "Cache transfers.\n"
+      "# TYPE vllm:nixl_num_failed_transfers_total counter\n",
+      "vllm:nixl_num_failed_transfers_total", labels, " ",
+      state.failed_transfers.load(), ".0\n");
   if (state.prefix_cache.enabled()) {
     absl::StrAppend(
         &text,

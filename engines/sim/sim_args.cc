@@ -55,6 +55,7 @@ const char* SimUsage() {
          "  --api-key-env VAR               require this env var's key on /v1/* (default none)\n"
          "  --prefix-cache-blocks N         prefix cache size in 16-token blocks, 0 = off (default 0)\n"
          "  --prefill-lanes N               prefills computed at once, 0 = unlimited (default 0)\n"
+         "  --enable-prompt-tokens-details  usage carries prompt_tokens_details.cached_tokens (default off)\n"
          "  --exit-on-stdin-eof             exit when stdin closes (default off)\n"
          "  --version                       print the version and exit\n"
          "  --help, -h                      print this help and exit\n";
@@ -87,6 +88,11 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
     if (flag == "--exit-on-stdin-eof") {
       if (inline_value) return Bad(flag, "takes no value");
       parsed.exit_on_stdin_eof = true;
+      continue;
+    }
+    if (flag == "--enable-prompt-tokens-details") {
+      if (inline_value) return Bad(flag, "takes no value");
+      o.prompt_tokens_details = true;
       continue;
     }
     if (flag.rfind("--", 0) != 0) {

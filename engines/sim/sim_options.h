@@ -59,6 +59,12 @@ struct SimOptions {
   // prompt's prefill latency counts only its uncached tokens and usage
   // carries prompt_tokens_details.cached_tokens.
   int prefix_cache_blocks = 0;
+  // Usage carries prompt_tokens_details.cached_tokens (vLLM's
+  // --enable-prompt-tokens-details); also on whenever the prefix cache is.
+  // A consumer that pulled its handoff reports the pulled prompt tokens but
+  // the last one (vLLM recomputes it), one that recomputed the prompt only
+  // what its prefix cache held.
+  bool prompt_tokens_details = false;
   // Prefills computed at once (engines/sim/prefill_lanes.h); 0 = unlimited.
   // With N, a prefill waits for one of N lanes, so prefill latency queues.
   int prefill_lanes = 0;

@@ -307,5 +307,93 @@ TEST_F(FleetLinksTest, AProbeWhoseProducerFailsIsInconclusive) {
   EXPECT_TRUE(engines_->calls("decode").empty());
 }
 
+// ------------------------------------------------- silent recompute (kv_recompute.h)
+
+class FleetRecomputeTest : public FleetLinksTest {
+ protected:
+  double Suspected(const std::string& iid) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name != "narwhal_kv_recompute_suspected_total") continue;
+      for (const prometheus::ClientMetric& m : f.metric) {
+        if (m.label.size() == 1 && m.label[0].value == iid) return m.counter.value;
+      }
+    }
+    return -1;
+  }
+  // d0's /metrics reports `value` failed transfers; every due scrape runs.
+  void ScrapeAll(double value) {
+    engines::ControlResponse r;
+    r.status = 200;
+    r.body = "# TYPE vllm:nixl_num_failed_transfers_total counter\n"
+             "vllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} " +
+             std::to_string(value) + "\n";
+    engines_->SetControl("d0", "/metrics", r);
+    for (const router::RecomputeScrapeTask& t : fleet_->TakeDueRecomputeScrapes()) {
+      prober_->ScrapeRecompute(t);
+    }
+  }
+  // A crossed decode p->c that reached [DONE] with no usage evidence.
+  void QuietDone(const std::string& producer, const std::string& consumer) {
+    fleet_->RecomputeDecodeStarted(producer, consumer);
+    fleet_->RecomputeDecodeEnded(producer, consumer, false, false, "");
+    Done(producer, consumer);
+  }
+};
+
+TEST_F(FleetRecomputeTest, EveryConsumerIsExportedAtZeroFromTheStart) {
+  EXPECT_EQ(Suspected("d0"), 0);
+  EXPECT_EQ(Suspected("d1"), 0);
+  EXPECT_EQ(Suspected("p0"), -1);  // not a consumer
+}
+
+TEST_F(FleetRecomputeTest, ScrapesRunOnTheMonitorCadenceOnFakeTime) {
+  EXPECT_EQ(fleet_->TakeDueRecomputeScrapes().size(), 2u);  // d0, d1
+  EXPECT_TRUE(fleet_->TakeDueRecomputeScrapes().empty());    // running
+  for (const std::string iid : {"d0", "d1"}) {
+    fleet_->CompleteRecomputeScrape({static_cast<size_t>(fleet_->Find(iid))}, 0);
+  }
+  EXPECT_TRUE(fleet_->TakeDueRecomputeScrapes().empty());  // not due yet
+  clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+  EXPECT_EQ(fleet_->TakeDueRecomputeScrapes().size(), 2u);
+}
+
+TEST_F(FleetRecomputeTest, ACounterIncreaseIsCountedAndRepeatedOnesHoldTheLink) {
+  ScrapeAll(5);  // the baseline: failures from before the router started
+  EXPECT_EQ(Suspected("d0"), 0);
+  for (int k = 1; k <= 3; ++k) {
+    QuietDone("p0", "d0");  // a decode whose consumer did not use the KV cache
+    Done("p0", "d1");
+    Done("p1", "d1");
+    clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+    ScrapeAll(5 + k);
+    EXPECT_EQ(Suspected("d0"), k);
+    QuietDone("p1", "d0");  // d0 decodes p1's handoffs fine
+    clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+    ScrapeAll(5 + k);
+  }
+  EXPECT_EQ(Suspected("d1"), 0);
+  const router::LinkSnapshot l = LinkOf("p0", "d0");
+  EXPECT_EQ(l.state, LinkState::kHeld);
+  EXPECT_EQ(l.failures, 3);
+  EXPECT_NE(l.last_failure.find("vllm:nixl_num_failed_transfers_total"), std::string::npos)
+      << l.last_failure;
+  EXPECT_EQ(Held("p0", "d0"), 1);
+  EXPECT_EQ(LinkOf("p1", "d0").state, LinkState::kServing);
+  EXPECT_EQ(State("d0"), PlacementState::kServing);
+}
+
+TEST_F(FleetRecomputeTest, UsageEvidenceIsCountedOnceWhenTheCounterRisesToo) {
+  ScrapeAll(0);
+  fleet_->RecomputeDecodeStarted("p0", "d0");
+  fleet_->RecomputeDecodeEnded("p0", "d0", true, false, "cached_tokens 0 of 400 prompt tokens");
+  EXPECT_EQ(Suspected("d0"), 1);
+  EXPECT_EQ(LinkOf("p0", "d0").failures, 1);
+  EXPECT_NE(LinkOf("p0", "d0").last_failure.find("cached_tokens 0 of 400"), std::string::npos);
+  clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+  ScrapeAll(1);  // the same failed transfer, seen on the engine
+  EXPECT_EQ(Suspected("d0"), 1);
+  EXPECT_EQ(LinkOf("p0", "d0").failures, 1);
+}
+
 }  // namespace
 }  // namespace narwhal::breaker_test

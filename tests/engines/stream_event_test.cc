@@ -163,6 +163,20 @@ TEST(StreamEventTest, UsageOnlyChunkIsMetadataWithUsage) {
   EXPECT_EQ(e.tokens, 0);
   EXPECT_EQ(e.completion_tokens, 2);
   EXPECT_EQ(e.prompt_tokens, 14);
+  EXPECT_EQ(e.cached_tokens, -1);  // no prompt_tokens_details
+}
+
+TEST(StreamEventTest, UsageCarriesPromptTokensDetailsCachedTokens) {
+  StreamEvent e = Classify(
+      R"({"choices":[],"usage":{"prompt_tokens":14,"total_tokens":16,"completion_tokens":2,)"
+      R"("prompt_tokens_details":{"cached_tokens":13}}})");
+  EXPECT_EQ(e.prompt_tokens, 14);
+  EXPECT_EQ(e.cached_tokens, 13);
+  e = Classify(R"({"choices":[],"usage":{"prompt_tokens":14,"prompt_tokens_details":null}})");
+  EXPECT_EQ(e.cached_tokens, -1);
+  e = Classify(R"({"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":"3"}}})");
+  EXPECT_EQ(e.cached_tokens, -1);
+  EXPECT_EQ(e.kind, EventKind::kMetadata);
 }
 
 TEST(StreamEventTest, FinishReasonOnlyIsMetadata) {

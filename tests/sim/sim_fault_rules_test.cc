@@ -189,3 +189,24 @@ TEST(SimFaultRulesTest, RemoteEngineIdMustBeANonEmptyStringOnANonDescriptorKind)
 
 }  // namespace
 }  // namespace narwhal::sim
+
+namespace narwhal::sim {
+namespace {
+
+TEST(SimFaultRulesTest, RecomputeMatchesOnlyDecodesThatCarryAHandoff) {
+  EXPECT_EQ(ErrorOf(R"({"faults":[{"kind":"recompute","phase":"prefill"}]})"),
+            "faults[0].phase: kind \"recompute\" applies only to the decode phase");
+  EXPECT_EQ(ErrorOf(R"({"faults":[{"kind":"recompute","tokens":1}]})"),
+            "faults[0].tokens: unknown parameter for kind \"recompute\" (allowed: none)");
+  const std::vector<FaultRule> rules =
+      Parse(R"({"faults":[{"kind":"recompute","times":-1}]})");
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(rules[0].kind, FaultKind::kRecompute);
+  EXPECT_EQ(rules[0].ToJson()["kind"], "recompute");
+  EXPECT_TRUE(rules[0].Matches(Phase::kDecode, "p0"));
+  EXPECT_FALSE(rules[0].Matches(Phase::kDecode, ""));  // no handoff: nothing to ignore
+  EXPECT_FALSE(rules[0].Matches(Phase::kPrefill, ""));
+}
+
+}  // namespace
+}  // namespace narwhal::sim
