@@ -10,6 +10,7 @@
 #define NARWHAL_ROUTER_FLEET_H_
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -197,6 +198,14 @@ class Fleet {
   // Publishes an event that is not a breaker change (e.g. preflight).
   void PublishEvent(nlohmann::json event);
 
+  // --- the model's context length (fleet_model_len.cc) ---
+  // max_model_len as engine `iid` reports it on /v1/models. The fleet keeps
+  // the smallest reported (or the pinned engine_contract.max_model_len):
+  // a request that cannot fit in it is refused before any prefill.
+  void RecordMaxModelLen(const std::string& iid, long long max_model_len);
+  // 0 while unknown. Lock-free: read on every request.
+  long long max_model_len() const;
+
  private:
   void ReleaseSlot(size_t index, Phase phase, bool reserved);
   // Candidates for a leg of `phase` (mu_ held).
@@ -239,6 +248,7 @@ class Fleet {
   std::vector<int> reserved_;                 // [engine] decode legs placed before their prefill
   std::vector<PrefixIndex> indexes_;          // [engine] cache_aware prefill placement
   std::array<size_t, 2> rotation_{};  // per phase, so each spreads on its own
+  std::atomic<long long> max_model_len_{0};
 };
 
 }  // namespace narwhal::router
