@@ -734,7 +734,7 @@ TEST(BreakerBookTest, LivenessSuccessResetsMissesAndEndsAQuarantine) {
   EXPECT_EQ(book.State(d0, At(20)), PlacementState::kServing);
 }
 
-TEST(BreakerBookTest, StreamQuarantineOutlastsAHealthySweepAndEndsOnlyByVerification) {
+TEST(BreakerBookTest, B15_StreamQuarantineOutlastsAHealthySweepAndEndsOnlyByVerification) {
   RecoverySettings recovery = LivenessRecovery();
   recovery.failure_quarantine_s = 30;
   BreakerBook book(Engines(2, 2), recovery);

@@ -577,7 +577,7 @@ TEST_F(FleetProberTest, QuarantineIsPublishedAndExpiresOnTheMonitorsPass) {
   EXPECT_EQ(leg->target().iid, "d0");
 }
 
-TEST_F(FleetProberTest, StreamQuarantineIsLiftedByAVerificationNeverByAHealthCheck) {
+TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealthCheck) {
   settings_.recovery.failure_quarantine_s = 15;
   settings_.recovery.liveness_interval_s = 5;
   Build();
