@@ -255,11 +255,27 @@ std::vector<BreakerEvent> BreakerBook::RecordFailure(size_t i, BreakerClass cls,
     }
   }
 
+  // More stream evidence against a running quarantine: only an inference
+  // verification may end it early now.
+  if (cls == BreakerClass::kStream && e.quarantine && now < e.quarantine->until &&
+      !e.quarantine->stream_evidence) {
+    e.quarantine->stream_evidence = true;
+    e.quarantine->side = side;
+    e.quarantine->recorded_producer = producer;
+  }
+
   // B15: a timed exclusion of an engine still in placement, while breaker
   // state catches up — never of the last engine able to serve a role.
   if (recovery_.failure_quarantine_s > 0 && State(i, now) == PlacementState::kServing &&
       !IsLastForARole(i, now)) {
-    e.quarantine = Quarantine{now + engines::FromSeconds(recovery_.failure_quarantine_s), now, cause};
+    Quarantine q;
+    q.until = now + engines::FromSeconds(recovery_.failure_quarantine_s);
+    q.started = now;
+    q.cause = cause;
+    q.stream_evidence = cls == BreakerClass::kStream;
+    q.side = side;
+    q.recorded_producer = producer;
+    e.quarantine = std::move(q);
     BreakerEvent ev = Event(FleetEventKind::kEngineHoldStarted, e.settings.iid);
     ev.hold_kind = HoldKind::kTimed;
     ev.cause = cause;
@@ -315,7 +331,9 @@ std::vector<ProbeTask> BreakerBook::TakeDueProbes(MonoTime now, const std::vecto
       kind = ProbeKind::kHealth;
     } else if (recovery_.liveness_interval_s > 0 && !e.ejection && !e.draining &&
                i < idle.size() && idle[i] && now - e.last_liveness >= liveness_every) {
-      kind = ProbeKind::kLiveness;
+      // A health 200 cannot end a quarantine started by stream evidence:
+      // the sweep of such an engine is an inference verification.
+      kind = StreamQuarantined(i, now) ? ProbeKind::kInference : ProbeKind::kLiveness;
       e.last_liveness = now;
     }
     if (kind) {
@@ -330,6 +348,7 @@ Phase BreakerBook::ProbeSide(size_t i) const {
   const EngineBreaker& e = engines_[i];
   if (e.hold) return e.hold->side;
   if (e.ejection) return e.ejection->side;
+  if (e.quarantine) return e.quarantine->side;
   return CanDecode(e.settings.role) ? Phase::kDecode : Phase::kPrefill;
 }
 
@@ -337,6 +356,7 @@ std::string BreakerBook::RecordedProducer(size_t i) const {
   const EngineBreaker& e = engines_[i];
   if (e.hold) return e.hold->recorded_producer;
   if (e.ejection) return e.ejection->recorded_producer;
+  if (e.quarantine) return e.quarantine->recorded_producer;
   return "";
 }
 
@@ -368,7 +388,7 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
   if (kind == ProbeKind::kLiveness) {
     if (outcome == ProbeOutcome::kPassed) {
       RecordSuccess(i, Success::kHealth);
-      if (e.quarantine && now < e.quarantine->until) {
+      if (e.quarantine && now < e.quarantine->until && !e.quarantine->stream_evidence) {
         append(ReleaseQuarantine(i, "health"));
       }
     } else if (outcome == ProbeOutcome::kFailed) {
@@ -408,8 +428,19 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
     return events;
   }
 
+  // An inference verification of an engine in a stream-evidence quarantine
+  // (its liveness sweep): a pass ends the quarantine early; otherwise it
+  // runs until it expires.
+  if (!e.hold) {
+    if (kind == ProbeKind::kInference && outcome == ProbeOutcome::kPassed &&
+        StreamQuarantined(i, now)) {
+      RecordSuccess(i, Success::kHealth);
+      RecordSuccess(i, Success::kDecodeDone);
+      append(ReleaseQuarantine(i, "verification"));
+    }
+    return events;
+  }
   // An inference probe of a held engine.
-  if (!e.hold) return events;
   if (outcome == ProbeOutcome::kPassed) {
     e.streak[static_cast<int>(BreakerClass::kStream)] = 0;
     e.streak[static_cast<int>(BreakerClass::kInferenceStatus)] = 0;
@@ -531,6 +562,12 @@ std::vector<BreakerEvent> BreakerBook::ExpireQuarantines(MonoTime now) {
     }
   }
   return events;
+}
+
+bool BreakerBook::StreamQuarantined(size_t i, MonoTime now) const {
+  const EngineBreaker& e = engines_[i];
+  return e.quarantine && e.quarantine->stream_evidence && now < e.quarantine->until && !e.hold &&
+         !e.ejection && !e.draining;
 }
 
 std::vector<BreakerEvent> BreakerBook::ReleaseQuarantine(size_t i, const std::string& cause) {

@@ -83,6 +83,13 @@ struct Quarantine {
   MonoTime until;
   MonoTime started;
   std::string cause;  // the failure that started it
+  // Started by stream evidence (a silent first token, mid-stream silence, an
+  // invalid termination). A health 200 says nothing about those, so the
+  // liveness sweep of such an engine is an inference verification (a real
+  // one-token inference), and only its pass ends the quarantine early.
+  bool stream_evidence = false;
+  Phase side = Phase::kDecode;         // the failed leg's phase
+  std::string recorded_producer = {};  // decode side: that leg's producer
 };
 
 struct InferenceHold {
@@ -196,6 +203,8 @@ class BreakerBook {
   std::vector<BreakerEvent> Readmit(size_t i, const std::string& evidence, MonoTime now);
   // Ends quarantines whose time is up (events with cause "expired").
   std::vector<BreakerEvent> ExpireQuarantines(MonoTime now);
+  // True while a quarantine started by stream evidence runs.
+  bool StreamQuarantined(size_t i, MonoTime now) const;
   // Ends a quarantine early. Empty when none was running.
   std::vector<BreakerEvent> ReleaseQuarantine(size_t i, const std::string& cause);
 

@@ -10,6 +10,7 @@
 #define NARWHAL_ROUTER_FLEET_H_
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -236,6 +237,14 @@ class Fleet {
   // Each engine's event counts since start (admin GetBreakers).
   std::map<std::string, EngineEventCounts> EventCounts() const { return counts_.Engines(); }
 
+  // --- the model's context length (fleet_model_len.cc) ---
+  // max_model_len as engine `iid` reports it on /v1/models. The fleet keeps
+  // the smallest reported (or the pinned engine_contract.max_model_len):
+  // a request that cannot fit in it is refused before any prefill.
+  void RecordMaxModelLen(const std::string& iid, long long max_model_len);
+  // 0 while unknown. Lock-free: read on every request.
+  long long max_model_len() const;
+
  private:
   void ReleaseSlot(size_t index, Phase phase, bool reserved);
   // Candidates for a leg of `phase` (mu_ held).
@@ -287,6 +296,7 @@ class Fleet {
   std::vector<prometheus::Counter*> recompute_counters_;  // [engine]; null: not a consumer
   std::vector<MonoTime> next_scrape_;                      // [engine]
   std::vector<bool> scrape_running_;                       // [engine]
+  std::atomic<long long> max_model_len_{0};
 };
 
 }  // namespace narwhal::router

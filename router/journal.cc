@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
                                                        JournalOptions options) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::InvalidArgumentError("cannot open journal " + path + ": " + std::strerror(errno));
+    return absl::InvalidArgumentError("cannot open " + options.name + " " + path + ": " +
+                                      std::strerror(errno));
   }
   return std::unique_ptr<Journal>(new Journal(fd, std::move(options)));
 }
@@ -63,9 +64,9 @@ void Journal::Write(nlohmann::json row) {
   }
   if (wake) wake_.notify_one();
   if (log_drop) {
-    LogWarning("narwhal journal: " + std::to_string(options_.max_pending_rows) +
-               " rows are waiting to be written: dropping journal rows until the writer "
-               "catches up");
+    LogWarning("narwhal " + options_.name + ": " + std::to_string(options_.max_pending_rows) +
+               " rows are waiting to be written: dropping " + options_.name +
+               " rows until the writer catches up");
   }
 }
 
@@ -128,8 +129,9 @@ size_t Journal::WriteBatch(const std::vector<nlohmann::json>& batch) {
     // Disk full or similar: these rows are lost, requests are unaffected,
     // and the next chunk is still attempted.
     if (!failing_) {
-      LogWarning("narwhal journal: write failed: " + std::string(std::strerror(error)) +
-                 ": journal rows are being lost");
+      LogWarning("narwhal " + options_.name + ": write failed: " +
+                 std::string(std::strerror(error)) + ": " + options_.name +
+                 " rows are being lost");
     }
     failing_ = true;
   }

@@ -52,6 +52,8 @@ struct JournalOptions {
   // The write(2) the writer thread calls; empty means ::write. A seam for
   // tests (slow, failing or partial writes).
   std::function<ssize_t(int fd, const void* data, size_t size)> write;
+  // What the log lines about this writer call it.
+  std::string name = "journal";
 };
 
 class Journal {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engines/json_limits.h"
 #include "router/contract_check.h"
 #include "router/kv_recompute.h"
 
@@ -137,6 +138,20 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
     }
   }
   return r;
+}
+
+long long Prober::MaxModelLen(const engines::EngineTarget& target) {
+  const engines::ControlResponse r =
+      client_.Control(target, "GET", "/v1/models", "", settings_.engine.health_timeout_s);
+  if (!r.ok()) return 0;
+  const nlohmann::json list = engines::ParseJson(r.body);
+  if (!list.is_object() || !list.contains("data") || !list["data"].is_array()) return 0;
+  for (const nlohmann::json& card : list["data"]) {
+    if (!card.is_object() || card.value("id", nlohmann::json()) != settings_.model) continue;
+    auto it = card.find("max_model_len");
+    if (it != card.end() && it->is_number_integer()) return it->get<long long>();
+  }
+  return 0;
 }
 
 ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {

@@ -58,6 +58,9 @@ class Prober {
   ProbeResult ProbeLink(const LinkProbeTask& task);
   ProbeResult Health(const engines::EngineTarget& target, bool lifecycle);
   ProbeResult Inference(const ProbeTask& task, bool lifecycle);
+  // The fleet's model's max_model_len from GET /v1/models (within
+  // engine.health_timeout_s), or 0 when the engine does not say.
+  long long MaxModelLen(const engines::EngineTarget& target);
 
  private:
   engines::LegOptions ProbeLeg(const std::string& suffix);

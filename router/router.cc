@@ -12,6 +12,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "router/assembler.h"
+#include "router/context_limit.h"
 #include "router/kv_recompute.h"
 #include "router/log.h"
 #include "router/prefix_index.h"
@@ -649,9 +650,14 @@ double Router::Backoff(int failed_attempt) {
 
 engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<ResponseSink> sink) {
   std::optional<Outcome> refusal;
+  // A client mistake the consumer would refuse only after the prefill ran.
+  std::string too_long = ContextLimitError(request.body, request.api, fleet_.max_model_len());
   if (!accepting_.load()) {
     refusal = Refusal(Terminal::kRejected, "shutting_down", 503, ErrorType::kBackendUnavailable,
                       "router is shutting down");
+  } else if (!too_long.empty()) {
+    refusal = Refusal(Terminal::kInvalid, "context_length_exceeded", 400,
+                      ErrorType::kInvalidRequest, std::move(too_long));
   } else if (inflight_.fetch_add(1) >= settings_.serving.max_inflight) {
     inflight_.fetch_sub(1);
     refusal = Refusal(Terminal::kRejected, "inflight_limit", 429, ErrorType::kRateLimit,
@@ -737,6 +743,10 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
 
 void Router::WriteJournal(const Request& request, const Outcome& outcome,
                           const json& attempt_info) {
+  if (access_log_ != nullptr) {
+    access_log_->Record(request, outcome, attempt_info,
+                        engines::Seconds(clock_.Now() - request.arrived), clock_.WallNow());
+  }
   if (journal_ == nullptr) return;
   const bool status_sent = !(outcome.terminal == Terminal::kCancelled && !outcome.output_started);
   json row = {

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engines/engine_client.h"
+#include "router/access_log.h"
 #include "router/clock.h"
 #include "router/fleet.h"
 #include "router/handoff_releaser.h"
@@ -84,6 +85,10 @@ class Router {
   // from a thread that runs no event loop.
   void Drain(engines::MonoClock::duration grace, const engines::Executor& executor);
 
+  // Also writes each finished request's line to `log` (may be null). Call
+  // before the first request; `log` must outlive the Router.
+  void SetAccessLog(AccessLog* log) { access_log_ = log; }
+
   int inflight() const { return inflight_.load(); }
   const RetryBudget& retry_budget() const { return retry_budget_; }
   const Settings& settings() const { return settings_; }
@@ -106,6 +111,7 @@ class Router {
   const Clock& clock_;
   Metrics* metrics_;
   Journal* journal_;
+  AccessLog* access_log_ = nullptr;
   RetryBudget retry_budget_;
   // Releases of abandoned handoffs; destroyed (waited for) before the rest.
   HandoffReleaser releaser_;

@@ -30,14 +30,28 @@ void StartupChecks::Stop() {
   for (std::thread& t : threads) t.join();
 }
 
+void StartupChecks::LearnModelLen(const engines::EngineTarget& target) {
+  const long long n = prober_.MaxModelLen(target);
+  if (n > 0) {
+    fleet_.RecordMaxModelLen(target.iid, n);
+  } else {
+    LogInfo("engine " + target.iid + " reports no max_model_len on /v1/models");
+  }
+}
+
 void StartupChecks::Check(size_t index) {
   const engines::EngineTarget target = fleet_.Target(index);
   const std::string who = "engine " + target.iid + " (" + target.url + ")";
   std::string last_failure;
   for (int attempt = 1;; ++attempt) {
-    if (fleet_.Checked(index)) return;  // a probe or a served leg got there first
+    if (fleet_.Checked(index)) {  // a probe or a served leg got there first
+      LearnModelLen(target);
+      return;
+    }
     const ProbeResult r = prober_.Health(target, /*lifecycle=*/false);
     if (r.outcome == ProbeOutcome::kPassed) {
+      // Before readiness: a ready router knows the model's context length.
+      LearnModelLen(target);
       fleet_.RecordSuccess(target.iid, Success::kHealth);
       LogInfo(who + " passed its start-up health check (attempt " + std::to_string(attempt) +
               "): it counts towards readiness");

@@ -5,7 +5,8 @@
 // loading. Each engine gets its own thread, which repeats GET /health every
 // `retry` until it passes (or Stop()); a failure never ejects or holds an
 // engine (the breakers decide that from their own evidence). Every outcome
-// change is logged with the engine's address and the cause.
+// change is logged with the engine's address and the cause. Once an engine
+// passed, its /v1/models tells the fleet the model's max_model_len.
 #ifndef NARWHAL_ROUTER_STARTUP_CHECKS_H_
 #define NARWHAL_ROUTER_STARTUP_CHECKS_H_
 
@@ -33,6 +34,8 @@ class StartupChecks {
 
  private:
   void Check(size_t index);
+  // Reads the engine's max_model_len (/v1/models) into the fleet.
+  void LearnModelLen(const engines::EngineTarget& target);
 
   Fleet& fleet_;
   Prober& prober_;

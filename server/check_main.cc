@@ -1,20 +1,23 @@
 // narwhal-check: preflight of a fleet (SPEC §2, B18), the same checks the
 // admin RunPreflight RPC runs.
 //
-//   narwhal-check --config PATH [--json] [--pairs mesh|ring]
+//   narwhal-check --config PATH [--json] [--pairs mesh|ring] [--wait-s N]
 //
 // Prints a table (or, with --json, one JSON document) on stdout. Exit status:
 // 0 when every gate passes, 1 when a gate fails or the config is invalid,
 // 2 on bad arguments.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "version/build_info.h"
 #include "engines/http/standalone_engine_client.h"
 #include "router/clock.h"
+#include "router/engine_wait.h"
 #include "router/preflight.h"
 #include "server/config_loader.h"
 #include "server/engine_options.h"
@@ -24,10 +27,13 @@ namespace narwhal::server {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: narwhal-check --config PATH [--json] [--pairs mesh|ring]\n"
+    "usage: narwhal-check --config PATH [--json] [--pairs mesh|ring] [--wait-s N]\n"
     "  --config PATH       the fleet config file (required)\n"
     "  --json              print one JSON document (default off: a table)\n"
     "  --pairs mesh|ring   which producer/consumer pairs to test (default mesh)\n"
+    "  --wait-s N          first wait up to N seconds (default 0: no wait) for engines\n"
+    "                      still loading: connection refused or 503 from /health or\n"
+    "                      /v1/models\n"
     "  --version           print the version and exit\n"
     "  --help, -h          print this help and exit\n";
 
@@ -35,6 +41,7 @@ struct Args {
   std::string config;
   bool json = false;
   router::PairMode pairs = router::PairMode::kMesh;
+  double wait_s = 0;
 };
 
 enum class ParseResult { kOk, kHelp, kVersion, kBad };
@@ -75,6 +82,17 @@ ParseResult ParseArgs(int argc, char** argv, Args* args) {
                   << kUsage;
         return ParseResult::kBad;
       }
+    } else if (flag == "--wait-s") {
+      std::string text;
+      if (!value(&text)) return ParseResult::kBad;
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size() || !(v >= 0) || v > 86400) {
+        std::cerr << "narwhal-check: --wait-s must be a number of seconds >= 0 (got \"" << text
+                  << "\")\n" << kUsage;
+        return ParseResult::kBad;
+      }
+      args->wait_s = v;
     } else if (flag == "--json" && !has_inline) {
       args->json = true;
     } else if ((flag == "--help" || flag == "-h") && !has_inline) {
@@ -106,6 +124,13 @@ int Check(const Args& args) {
   engines::StandaloneEngineClient client(engine_options);
   router::RealClock clock;
 
+  router::WaitForEngines(
+      settings, client, clock,
+      [](double s) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(s));
+        return true;
+      },
+      args.wait_s);
   const router::PreflightReport report = router::RunPreflight(settings, client, clock, args.pairs);
   if (args.json) {
     std::cout << report.ToJson().dump(2) << "\n";

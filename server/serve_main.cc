@@ -13,14 +13,17 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
 #include "version/build_info.h"
 #include "engines/http/beast_engine_client.h"
 #include "engines/io_loops.h"
 #include "engines/sync_engine_client.h"
+#include "router/access_log.h"
 #include "router/clock.h"
 #include "router/event_bus.h"
+#include "router/engine_wait.h"
 #include "router/fleet.h"
 #include "router/fleet_monitor.h"
 #include "router/journal.h"
@@ -50,7 +53,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: narwhal-serve [--config PATH] [--http HOST:PORT] [--grpc HOST:PORT]\n"
     "                     [--admin HOST:PORT] [--journal PATH] [--preflight]\n"
-    "                     [--log-level LEVEL] [--log-format text|json]\n"
+    "                     [--preflight-wait-s N] [--log-level LEVEL] [--log-format text|json]\n"
+    "                     [--access-log PATH|-]\n"
     "  --config PATH       the fleet config file (default none: the embedded simulated\n"
     "                      fleet, 2 prefill + 2 decode engines on loopback)\n"
     "  --http HOST:PORT    HTTP listener, overrides listen.http (default 127.0.0.1:8000)\n"
@@ -62,18 +66,43 @@ constexpr char kUsage[] =
     "                      (default none: no journal)\n"
     "  --preflight         run the mesh preflight before serving; exit 1 if it fails\n"
     "                      (default off)\n"
+    "  --preflight-wait-s N  with --preflight, first wait up to N seconds (default 0:\n"
+    "                      no wait) for engines still loading: connection refused or\n"
+    "                      503 from /health or /v1/models\n"
     "  --log-level LEVEL   debug, info, warn or error: the least severe line logged\n"
     "                      (default info)\n"
     "  --log-format FMT    text or json: one line per event on stderr (default text)\n"
+    "  --access-log PATH   one JSON line per finished request, no request contents, to\n"
+    "                      PATH or - for stdout (default none: no access log)\n"
     "  --version           print the version and exit\n"
     "  --help, -h          print this help and exit\n"
     "Port 0 picks a free port; the ready line on stdout names the bound ones.\n";
+
+// A finite number >= 0 (at most a day).
+bool ParseSeconds(const std::string& text, double* out) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(v >= 0) || v > 86400) return false;
+  *out = v;
+  return true;
+}
+
+// Waits up to `s` seconds for one of `signals` (blocked in every thread);
+// true when one arrived (it is consumed).
+bool SignalWithin(const sigset_t& signals, double s) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(s);
+  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
+  return sigtimedwait(&signals, nullptr, &ts) > 0;
+}
 
 struct Args {
   std::string config;
   std::string http, grpc, admin;
   std::string journal;
+  std::string access_log;
   bool preflight = false;
+  double preflight_wait_s = 0;
   LogLevel log_level = LogLevel::kInfo;
   router::LogFormat log_format = router::LogFormat::kText;
 };
@@ -100,8 +129,22 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       if (!value(&args->admin)) return false;
     } else if (flag == "--journal") {
       if (!value(&args->journal)) return false;
+    } else if (flag == "--access-log") {
+      if (!value(&args->access_log)) return false;
+      if (args->access_log.empty()) {
+        std::cerr << "narwhal-serve: --access-log needs a path or -\n" << kUsage;
+        return false;
+      }
     } else if (flag == "--preflight") {
       args->preflight = true;
+    } else if (flag == "--preflight-wait-s") {
+      std::string text;
+      if (!value(&text)) return false;
+      if (!ParseSeconds(text, &args->preflight_wait_s)) {
+        std::cerr << "narwhal-serve: --preflight-wait-s must be a number of seconds >= 0 (got \""
+                  << text << "\")\n" << kUsage;
+        return false;
+      }
     } else if (flag == "--log-level") {
       std::string level;
       if (!value(&level)) return false;
@@ -128,6 +171,10 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       std::cerr << "narwhal-serve: unknown argument " << flag << "\n" << kUsage;
       return false;
     }
+  }
+  if (args->preflight_wait_s > 0 && !args->preflight) {
+    std::cerr << "narwhal-serve: --preflight-wait-s needs --preflight\n" << kUsage;
+    return false;
   }
   for (const std::string* address : {&args->http, &args->grpc, &args->admin}) {
     std::string host;
@@ -215,6 +262,18 @@ int Serve(const Args& args) {
     journal = std::move(*opened);
   }
 
+  std::unique_ptr<router::AccessLog> access_log;
+  if (!args.access_log.empty()) {
+    auto opened = router::AccessLog::Open(args.access_log);
+    if (!opened.ok()) {
+      LogError("narwhal-serve: " + std::string(opened.status().message()));
+      return 1;
+    }
+    access_log = std::move(*opened);
+    LogInfo("narwhal-serve: access log: one line per finished request to " +
+            (args.access_log == "-" ? std::string("stdout") : args.access_log));
+  }
+
   prometheus::Registry registry;
   router::Metrics metrics(registry);
   HttpDoorOptions door_options = HttpDoorOptionsFrom(settings);
@@ -243,6 +302,7 @@ int Serve(const Args& args) {
   router::Fleet fleet(settings, clock, &metrics, journal.get(), &events);
   router::Router router(settings, engine_client, fleet, clock, &metrics, journal.get(),
                         std::random_device{}());
+  router.SetAccessLog(access_log.get());
 
   // Breaker probes, readmission and liveness sweeps (B17).
   router::Prober prober(settings, control_client, fleet, clock);
@@ -262,6 +322,13 @@ int Serve(const Args& args) {
 
   // --preflight (B18) runs before any listener is bound.
   if (args.preflight) {
+    const router::EngineWaitResult waited = router::WaitForEngines(
+        settings, control_client, clock,
+        [&signals](double s) { return !SignalWithin(signals, s); }, args.preflight_wait_s);
+    if (waited.interrupted) {
+      LogInfo("narwhal-serve: signal received while waiting for engines: not serving");
+      return 0;
+    }
     LogInfo("narwhal-serve: running preflight (mesh pairs) against " +
             std::to_string(settings.engines.size()) + " engines");
     const router::PreflightReport report = admin.Preflight(router::PairMode::kMesh, "startup");
@@ -297,7 +364,23 @@ int Serve(const Args& args) {
     return 1;
   }
   ProcessMetrics process_metrics(registry, BuildVersion(), BuildCommit());
-  shim.SetBeforeScrape([&process_metrics] { process_metrics.Refresh(); });
+  // Lines the access log dropped because its writer fell behind.
+  prometheus::Counter* access_log_dropped =
+      access_log ? &prometheus::BuildCounter()
+                        .Name("narwhal_access_log_dropped_lines_total")
+                        .Help("Access log lines dropped because the writer fell behind")
+                        .Register(registry)
+                        .Add({})
+                 : nullptr;
+  shim.SetBeforeScrape([&process_metrics, &access_log, access_log_dropped] {
+    process_metrics.Refresh();
+    if (access_log_dropped != nullptr) {
+      const double dropped = static_cast<double>(access_log->dropped());
+      if (dropped > access_log_dropped->Value()) {
+        access_log_dropped->Increment(dropped - access_log_dropped->Value());
+      }
+    }
+  });
   shim.Start();
 
   // gRPC inference and admin APIs on their own listeners, with server

@@ -712,7 +712,8 @@ TEST(BreakerBookTest, LivenessSuccessResetsMissesAndEndsAQuarantine) {
                        i == d0 ? ProbeOutcome::kFailed : ProbeOutcome::kPassed, "", "", At(0));
   }
   ASSERT_EQ(book.engine(d0).liveness_misses, 1);
-  ASSERT_EQ(Kinds(Fail(book, "d0", BreakerClass::kStream, 1, At(5))),
+  // Timeout evidence: a health 200 is an answer to it.
+  ASSERT_EQ(Kinds(Fail(book, "d0", BreakerClass::kTimeout, 1, At(5))),
             Strings({"engine_hold_started(d0)"}));
   ASSERT_EQ(book.State(d0, At(5)), PlacementState::kQuarantined);
 
@@ -731,6 +732,85 @@ TEST(BreakerBookTest, LivenessSuccessResetsMissesAndEndsAQuarantine) {
       Kinds(book.CompleteProbe(d0, ProbeKind::kLiveness, ProbeOutcome::kFailed, "", "", At(20))),
       Strings({"engine_probe(d0)"}));
   EXPECT_EQ(book.State(d0, At(20)), PlacementState::kServing);
+}
+
+TEST(BreakerBookTest, B15_StreamQuarantineOutlastsAHealthySweepAndEndsOnlyByVerification) {
+  RecoverySettings recovery = LivenessRecovery();
+  recovery.failure_quarantine_s = 30;
+  BreakerBook book(Engines(2, 2), recovery);
+  const size_t d0 = Idx(book, "d0");
+  ASSERT_EQ(Kinds(Fail(book, "d0", BreakerClass::kStream, 1, At(5), Phase::kDecode, "p1")),
+            Strings({"engine_hold_started(d0)"}));
+  ASSERT_TRUE(book.StreamQuarantined(d0, At(5)));
+  // What a verification exercises: the failed leg's side and producer.
+  EXPECT_EQ(book.ProbeSide(d0), Phase::kDecode);
+  EXPECT_EQ(book.RecordedProducer(d0), "p1");
+
+  // A health 200 (a sweep started before the failure) does not end it.
+  EXPECT_EQ(
+      Kinds(book.CompleteProbe(d0, ProbeKind::kLiveness, ProbeOutcome::kPassed, "", "", At(6))),
+      Strings({"engine_probe(d0)"}));
+  EXPECT_EQ(book.State(d0, At(6)), PlacementState::kQuarantined);
+
+  // Its sweep is an inference verification; the others' stay health checks.
+  std::vector<ProbeTask> tasks = book.TakeDueProbes(At(10), AllIdle(book));
+  ASSERT_EQ(tasks.size(), 4u);
+  for (const ProbeTask& t : tasks) {
+    EXPECT_EQ(t.kind, t.index == d0 ? ProbeKind::kInference : ProbeKind::kLiveness) << t.index;
+    if (t.index != d0) book.CompleteProbe(t.index, t.kind, ProbeOutcome::kPassed, "", "", At(10));
+  }
+  // A failed verification changes nothing: no ejection, no miss, still out.
+  EXPECT_EQ(Kinds(book.CompleteProbe(d0, ProbeKind::kInference, ProbeOutcome::kFailed,
+                                     "no first token within 0.75s", "p1", At(10))),
+            Strings({"engine_probe(d0)"}));
+  EXPECT_EQ(book.State(d0, At(10)), PlacementState::kQuarantined);
+  EXPECT_EQ(book.engine(d0).liveness_misses, 0);
+
+  // The next sweep verifies again; a pass ends the quarantine early.
+  tasks = book.TakeDueProbes(At(20), AllIdle(book));
+  ASSERT_EQ(tasks.size(), 4u);
+  for (const ProbeTask& t : tasks) {
+    if (t.index != d0) book.CompleteProbe(t.index, t.kind, ProbeOutcome::kPassed, "", "", At(20));
+  }
+  const std::vector<BreakerEvent> events = book.CompleteProbe(
+      d0, ProbeKind::kInference, ProbeOutcome::kPassed, "decoded a handoff from p1", "p1", At(20));
+  ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)", "engine_hold_ended(d0)"}));
+  EXPECT_EQ(events[1].hold_kind, "timed");
+  EXPECT_EQ(events[1].cause, "verification");
+  EXPECT_EQ(book.State(d0, At(20)), PlacementState::kServing);
+  EXPECT_EQ(Streak(book, "d0", BreakerClass::kStream), 0);
+  EXPECT_FALSE(book.StreamQuarantined(d0, At(20)));
+}
+
+TEST(BreakerBookTest, StreamEvidenceDuringATimeoutQuarantineAlsoNeedsAVerification) {
+  RecoverySettings recovery = LivenessRecovery();
+  recovery.failure_quarantine_s = 30;
+  BreakerBook book(Engines(2, 2), recovery);
+  const size_t d0 = Idx(book, "d0");
+  ASSERT_EQ(Kinds(Fail(book, "d0", BreakerClass::kTimeout, 1, At(5))),
+            Strings({"engine_hold_started(d0)"}));
+  EXPECT_FALSE(book.StreamQuarantined(d0, At(5)));
+  // A leg still in flight then goes silent.
+  EXPECT_TRUE(Fail(book, "d0", BreakerClass::kStream, 1, At(6)).empty());
+  EXPECT_TRUE(book.StreamQuarantined(d0, At(6)));
+  EXPECT_EQ(
+      Kinds(book.CompleteProbe(d0, ProbeKind::kLiveness, ProbeOutcome::kPassed, "", "", At(7))),
+      Strings({"engine_probe(d0)"}));
+  EXPECT_EQ(book.State(d0, At(7)), PlacementState::kQuarantined);
+  // It still expires on time.
+  EXPECT_EQ(Kinds(book.ExpireQuarantines(At(35))), Strings({"engine_hold_ended(d0)"}));
+  EXPECT_EQ(book.State(d0, At(35)), PlacementState::kServing);
+}
+
+TEST(BreakerBookTest, StreamQuarantineWithoutLivenessSweepsRunsItsFullTime) {
+  RecoverySettings recovery = Recovery();  // liveness_interval_s 0
+  recovery.failure_quarantine_s = 30;
+  BreakerBook book(Engines(2, 2), recovery);
+  const size_t d0 = Idx(book, "d0");
+  Fail(book, "d0", BreakerClass::kStream, 1, At(5));
+  EXPECT_TRUE(book.TakeDueProbes(At(20), AllIdle(book)).empty());
+  EXPECT_EQ(book.State(d0, At(34.9)), PlacementState::kQuarantined);
+  EXPECT_EQ(book.State(d0, At(35)), PlacementState::kServing);
 }
 
 // ------------------------------------------------------ readmission evidence

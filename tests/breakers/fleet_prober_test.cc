@@ -577,6 +577,65 @@ TEST_F(FleetProberTest, QuarantineIsPublishedAndExpiresOnTheMonitorsPass) {
   EXPECT_EQ(leg->target().iid, "d0");
 }
 
+TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealthCheck) {
+  settings_.recovery.failure_quarantine_s = 15;
+  settings_.recovery.liveness_interval_s = 5;
+  Build();
+  // d0 went silent on a client's decode leg; its /health still answers 200.
+  FailDecode("d0", BreakerClass::kStream, 1, "p1");
+  ASSERT_EQ(State("d0"), PlacementState::kQuarantined);
+  DecodeScript silent;
+  silent.silent = true;
+  engines_->SetDecode("d0", silent);
+
+  // The sweep: health checks for the others, an inference verification
+  // (a prefill on the recorded producer, a decode on d0) for d0.
+  std::vector<ProbeTask> tasks = fleet_->TakeDueProbes();
+  ASSERT_EQ(tasks.size(), 4u);
+  for (const ProbeTask& t : tasks) {
+    const std::string iid = fleet_->Target(t.index).iid;
+    EXPECT_EQ(t.kind, iid == "d0" ? ProbeKind::kInference : ProbeKind::kLiveness) << iid;
+    prober_->Run(t);
+  }
+  EXPECT_EQ(State("d0"), PlacementState::kQuarantined);
+  EXPECT_TRUE(Events("engine_hold_ended", "d0").empty());
+  for (const Call& c : engines_->calls("control")) EXPECT_NE(c.iid, "d0") << c.path;
+  const std::vector<Call> decodes = engines_->calls("decode");
+  ASSERT_EQ(decodes.size(), 1u);
+  EXPECT_EQ(decodes[0].iid, "d0");
+  EXPECT_EQ(decodes[0].handoff_producer, "p1");
+  EXPECT_EQ(Metric("narwhal_engine_probes_total",
+                   {{"iid", "d0"}, {"kind", "inference"}, {"outcome", "failed"}}),
+            1);
+
+  // Once d0 streams again, the next sweep's verification ends it early.
+  engines_->SetDecode("d0", DecodeScript{});
+  clock_.Advance(5);
+  tasks = fleet_->TakeDueProbes();
+  ASSERT_EQ(tasks.size(), 4u);
+  for (const ProbeTask& t : tasks) prober_->Run(t);
+  EXPECT_EQ(State("d0"), PlacementState::kServing);
+  const std::vector<json> ended = Events("engine_hold_ended", "d0");
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0]["hold_kind"], "timed");
+  EXPECT_EQ(ended[0]["cause"], "verification");
+  EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", "d0"}}), 0);
+}
+
+TEST_F(FleetProberTest, TimeoutQuarantineStillEndsOnAHealthySweep) {
+  settings_.recovery.failure_quarantine_s = 15;
+  settings_.recovery.liveness_interval_s = 5;
+  Build();
+  FailDecode("d0", BreakerClass::kTimeout, 1, "p1");
+  ASSERT_EQ(State("d0"), PlacementState::kQuarantined);
+  for (const ProbeTask& t : fleet_->TakeDueProbes()) {
+    EXPECT_EQ(t.kind, ProbeKind::kLiveness);
+    prober_->Run(t);
+  }
+  EXPECT_EQ(State("d0"), PlacementState::kServing);
+  EXPECT_EQ(Events("engine_hold_ended", "d0").at(0)["cause"], "health");
+}
+
 // ---------------------------------------------------------------- whole wave
 
 TEST_F(FleetProberTest, WholeWaveEjectionMakesTheFleetUnready) {

@@ -269,6 +269,37 @@ TEST_F(ServeGrpcTest, GenerateMatchesTheHttpStreamOnSuccess) {
   EXPECT_EQ(row["output_tokens"], 6);
 }
 
+TEST_F(ServeGrpcTest, MaxTokensOverTheModelsContextIsRefusedBeforeAnyPrefillAtBothDoors) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  // Readiness follows the start-up checks, which read max_model_len (32768).
+  ASSERT_TRUE(WaitUntil([&] { return HttpGet(router.http_port(), "/ready").status == 200; },
+                        absl::Seconds(10)));
+  const std::string limit = "exceeds the model's context length (max_model_len 32768)";
+  HttpCapture c = Send(router, kCompletions, Completion("too long", 40000, true));
+  EXPECT_EQ(c.status, 400) << Describe(c);
+  EXPECT_EQ(ErrorOf(c.body).value("type", ""), "invalid_request_error");
+  EXPECT_EQ(ErrorOf(c.body).value("message", ""), "max_tokens 40000 " + limit);
+  const json row = JournalRow(router, c);
+  EXPECT_EQ(row["terminal"], "invalid");
+  EXPECT_EQ(row["reason"], "context_length_exceeded");
+
+  GrpcOutcome g = Call(router, GenerateRequest("too long", 40000));
+  EXPECT_EQ(g.code, grpc::StatusCode::INVALID_ARGUMENT) << g.message;
+  EXPECT_NE(g.message.find(limit), std::string::npos) << g.message;
+  EXPECT_EQ(JournalRowFor(router, g.request_id)["terminal"], "invalid");
+
+  // Neither reached an engine; both are counted invalid, none failed.
+  EXPECT_TRUE(SimRequests(Sim("p0"), "prefill").empty());
+  EXPECT_TRUE(SimRequests(Sim("d0"), "decode").empty());
+  const std::vector<MetricSample> m = Metrics(router);
+  EXPECT_EQ(MetricSum(m, "narwhal_requests_total", {{"terminal", "invalid"}}), 2);
+  EXPECT_EQ(MetricSum(m, "narwhal_requests_total", {{"terminal", "failed"}}), 0);
+  EXPECT_EQ(MetricSum(m, "narwhal_engine_breaker_streak", {}), 0);
+  // Within the limit the same request is served.
+  HttpCapture ok = Send(router, kCompletions, Completion("fits", 4, true));
+  EXPECT_EQ(ok.status, 200) << Describe(ok);
+}
+
 struct ParityCase {
   std::string name;
   std::string iid;

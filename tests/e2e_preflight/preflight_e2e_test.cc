@@ -352,6 +352,47 @@ TEST_F(PreflightE2eTest, B18_WrongModelFailsModelGate) {
   EXPECT_EQ(Transfer(report, "p0", "d1")["outcome"], "passed");
 }
 
+TEST_F(PreflightE2eTest, B18_WaitSecondsWaitsForAnEngineThatStartsLate) {
+  ASSERT_NE(Sim("p0", "prefill"), nullptr);
+  const int late_port = ClosedPort();
+  engines_.push_back({{"iid", "d0"},
+                      {"url", "http://127.0.0.1:" + std::to_string(late_port)},
+                      {"role", "decode"}});
+  const std::string config = WriteConfig(Config());
+  // Without a wait the refused engine fails reach at once.
+  const CheckRun now = RunCheck({"--config", config, "--json"});
+  EXPECT_EQ(now.exit_code, 1) << now.err;
+  // With one, the engine that starts listening a second later passes.
+  std::unique_ptr<SimProcess> late;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    auto sim = SimProcess::Start({"--engine-id", "d0", "--role", "decode", "--port",
+                                  std::to_string(late_port), "--token-interval-ms", "1"});
+    if (sim.ok()) late = std::move(*sim);
+  });
+  const CheckRun waited = RunCheck({"--config", config, "--json", "--wait-s", "30"});
+  starter.join();
+  ASSERT_NE(late, nullptr) << "the late engine did not start";
+  EXPECT_EQ(waited.exit_code, 0) << waited.out << waited.err;
+  EXPECT_THAT(waited.err, HasSubstr("waiting up to 30.0s for 2 engine(s)"));
+  EXPECT_THAT(waited.err, HasSubstr("engine d0 is up after"));
+  const json report = json::parse(waited.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << waited.out;
+  EXPECT_EQ(Gate(report, "reach")["outcome"], "passed");
+  EXPECT_EQ(Transfer(report, "p0", "d0")["outcome"], "passed");
+  EXPECT_LT(waited.seconds, 30.0);
+
+  // A wait that times out reports exactly what no wait reports.
+  late.reset();
+  const CheckRun timed_out = RunCheck({"--config", config, "--json", "--wait-s", "0.5"});
+  EXPECT_EQ(timed_out.exit_code, 1) << timed_out.err;
+  EXPECT_THAT(timed_out.err, HasSubstr("still loading: d0"));
+  const json failed = json::parse(timed_out.out, nullptr, false);
+  ASSERT_TRUE(failed.is_object()) << timed_out.out;
+  EXPECT_THAT(Gate(failed, "reach")["detail"].get<std::string>(),
+              StartsWith("d0: GET /health: "));
+}
+
 TEST_F(PreflightE2eTest, BadArgumentsExitTwoWithUsage) {
   const std::string config = WriteText(R"({"model":"m","engines":[
       {"iid":"a","url":"http://127.0.0.1:1"}]})");
@@ -363,6 +404,8 @@ TEST_F(PreflightE2eTest, BadArgumentsExitTwoWithUsage) {
       {"--config", config, "--pairs"},
       {"--config", config, "--pairs", "star"},
       {"--config", config, "extra"},
+      {"--config", config, "--wait-s", "-1"},
+      {"--config", config, "--wait-s", "soon"},
   };
   for (const auto& args : bad) {
     const CheckRun run = RunCheck(args);

@@ -1,0 +1,86 @@
+#include "router/access_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+
+#include "engines/api.h"
+
+namespace narwhal::router {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Iso8601(double unix_seconds) {
+  const double whole = std::floor(unix_seconds);
+  const time_t secs = static_cast<time_t>(whole);
+  const int millis = std::min(999, static_cast<int>((unix_seconds - whole) * 1000));
+  tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, millis);
+  return buf;
+}
+
+json OrNull(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+json OrNull(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// attempt_info[key] when present, else null.
+json Field(const json& info, const char* key) {
+  if (!info.is_object()) return nullptr;
+  auto it = info.find(key);
+  return it == info.end() ? json(nullptr) : *it;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& path,
+                                                           AccessLogOptions options) {
+  JournalOptions journal;
+  journal.name = "access log";
+  journal.max_pending_rows = options.max_pending_lines;
+  journal.write = std::move(options.write);
+  auto writer = Journal::Open(path == "-" ? "/dev/stdout" : path, std::move(journal));
+  if (!writer.ok()) return writer.status();
+  return std::unique_ptr<AccessLog>(new AccessLog(std::move(*writer)));
+}
+
+json AccessLog::Line(const Request& request, const Outcome& outcome, const json& attempt_info,
+                     double duration_s, double finished_wall) {
+  const bool status_sent = !(outcome.terminal == Terminal::kCancelled && !outcome.output_started);
+  json model = nullptr;
+  if (request.body.is_object()) {
+    auto it = request.body.find("model");
+    if (it != request.body.end() && it->is_string()) model = *it;
+  }
+  const json attempts = Field(attempt_info, "attempts");
+  return {
+      {"ts", Iso8601(finished_wall)},
+      {"rid", request.rid},
+      {"client_rid", OrNull(request.client_rid)},
+      {"door", DoorName(request.door)},
+      {"api", engines::ApiLabel(request.api)},
+      {"model", std::move(model)},
+      {"stream", request.stream},
+      {"status", status_sent ? json(outcome.status) : json(nullptr)},
+      {"terminal", TerminalName(outcome.terminal)},
+      {"reason", OrNull(outcome.reason)},
+      {"prefill_iid", Field(attempt_info, "prefill_iid")},
+      {"decode_iid", Field(attempt_info, "decode_iid")},
+      {"attempts", attempts.is_null() ? json(0) : attempts},
+      {"ttft_s", OrNull(outcome.ttft_s)},
+      {"first_byte_s", OrNull(outcome.first_byte_s)},
+      {"duration_s", duration_s},
+      {"prompt_tokens", outcome.prompt_tokens >= 0 ? json(outcome.prompt_tokens) : json(nullptr)},
+      {"output_tokens", outcome.output_tokens},
+  };
+}
+
+void AccessLog::Record(const Request& request, const Outcome& outcome, const json& attempt_info,
+                       double duration_s, double finished_wall) {
+  writer_->Write(Line(request, outcome, attempt_info, duration_s, finished_wall));
+}
+
+}  // namespace narwhal::router
