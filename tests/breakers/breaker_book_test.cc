@@ -775,7 +775,7 @@ TEST(BreakerBookTest, B15_StreamQuarantineOutlastsAHealthySweepAndEndsOnlyByVeri
   const std::vector<BreakerEvent> events = book.CompleteProbe(
       d0, ProbeKind::kInference, ProbeOutcome::kPassed, "decoded a handoff from p1", "p1", At(20));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)", "engine_hold_ended(d0)"}));
-  EXPECT_EQ(events[1].hold_kind, "timed");
+  EXPECT_EQ(events[1].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(events[1].cause, "verification");
   EXPECT_EQ(book.State(d0, At(20)), PlacementState::kServing);
   EXPECT_EQ(Streak(book, "d0", BreakerClass::kStream), 0);
