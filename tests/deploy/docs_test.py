@@ -254,7 +254,9 @@ class SimFaultsTest(unittest.TestCase):
             r'\{FaultKind::k\w+,\s*"(\w+)",\s*\{([^}]*)\}\}', src)}
 
     def test_every_kind_has_a_section_with_its_parameters(self):
-        self.assertEqual(len(self.kinds), 13)
+        # Every FaultKind enumerator of the header is in the parsed table.
+        enum = re.search(r"enum class FaultKind \{([^}]*)\}", read("engines/sim/fault_rules.h"))
+        self.assertEqual(len(self.kinds), len(re.findall(r"\bk\w+", enum.group(1))))
         docs = sections(self.text, 3)
         self.assertEqual(sorted(set(self.kinds) - set(docs)), [])
         for kind, params in self.kinds.items():
