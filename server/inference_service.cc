@@ -204,24 +204,21 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
   bool finished_ = false;
 };
 
-router::Outcome Refusal(int status, router::ErrorType type, std::string reason,
-                        std::string message) {
-  router::Outcome o;
-  o.terminal = status == 401 ? router::Terminal::kRejected : router::Terminal::kInvalid;
-  o.status = status;
-  o.error_type = type;
-  o.reason = std::move(reason);
-  o.message = std::move(message);
-  return o;
+router::Outcome Refusal(router::Reason reason, std::string message) {
+  return router::RefusalOutcome(reason == router::Reason::kUnauthorized
+                                    ? router::Terminal::kRejected
+                                    : router::Terminal::kInvalid,
+                                reason, std::move(message));
 }
 
 }  // namespace
 
 grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& request_id) {
-  const int code = GrpcCodeForStatus(outcome.status, outcome.terminal);
+  const EdgeStatus edge = StatusFor(outcome);
+  const int code = edge.grpc_code;
   narwhal::v1::ErrorInfo info;
-  info.set_http_status(outcome.status);
-  info.set_type(std::string(router::ErrorTypeName(outcome.error_type)));
+  info.set_http_status(edge.http_status);
+  info.set_type(std::string(ErrorTypeName(edge.error_type)));
   info.set_message(outcome.message);
   info.set_output_started(outcome.output_started);
   info.set_request_id(request_id);
@@ -297,8 +294,7 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
     auto it = md.find("authorization");
     if (it == md.end() ||
         !BearerMatches(std::string_view(it->second.data(), it->second.size()), api_key_)) {
-      a.refusal = Refusal(401, router::ErrorType::kUnauthorized, "unauthorized",
-                          "invalid or missing API key");
+      a.refusal = Refusal(router::Reason::kUnauthorized, "invalid or missing API key");
       router_.RecordRefused(r, a.refusal);
       return a;
     }
@@ -306,17 +302,13 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
   if (!decoded && context->IsCancelled()) {
     // The client went away before its message arrived: nothing was wrong
     // with what it sent (B19), so the row says cancelled, not invalid.
-    a.refusal.terminal = router::Terminal::kCancelled;
-    a.refusal.status = 499;
-    a.refusal.error_type = router::ErrorType::kNone;
-    a.refusal.reason = "cancelled";
-    a.refusal.message = "client went away before its request arrived";
+    a.refusal = router::RefusalOutcome(router::Terminal::kCancelled, router::Reason::kCancelled,
+                                       "client went away before its request arrived");
     router_.RecordRefused(r, a.refusal);
     return a;
   }
   if (!decoded) {
-    a.refusal = Refusal(decode_error.status, router::ErrorType::kInvalidRequest,
-                        std::move(decode_error.reason), std::move(decode_error.message));
+    a.refusal = Refusal(decode_error.reason, std::move(decode_error.message));
     router_.RecordRefused(r, a.refusal);
     return a;
   }
@@ -325,8 +317,9 @@ InferenceService::Admission InferenceService::Admit(grpc::CallbackServerContext*
   r.api = parsed.api;
   if (!parsed.parsed.ok) {
     const ClientError& e = parsed.parsed.error;
-    a.refusal = Refusal(e.status, router::ErrorType::kInvalidRequest,
-                        e.status == 404 ? "model_not_found" : "invalid_request", e.message);
+    a.refusal =
+        Refusal(e.status == 404 ? router::Reason::kModelNotFound : router::Reason::kInvalidRequest,
+                e.message);
     router_.RecordRefused(r, a.refusal);
     return a;
   }

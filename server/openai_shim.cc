@@ -34,7 +34,6 @@ namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using json = nlohmann::json;
-using router::ErrorType;
 using router::Outcome;
 using router::Terminal;
 
@@ -46,15 +45,10 @@ engines::Api ApiForPath(std::string_view path) {
                                                        : engines::Api::kCompletions;
 }
 
-Outcome Invalid(int status, std::string reason, std::string message,
-                ErrorType type = ErrorType::kInvalidRequest) {
-  Outcome o;
-  o.terminal = status == 401 ? Terminal::kRejected : Terminal::kInvalid;
-  o.reason = std::move(reason);
-  o.status = status;
-  o.error_type = type;
-  o.message = std::move(message);
-  return o;
+Outcome Invalid(router::Reason reason, std::string message) {
+  return router::RefusalOutcome(
+      reason == router::Reason::kUnauthorized ? Terminal::kRejected : Terminal::kInvalid, reason,
+      std::move(message));
 }
 
 }  // namespace
@@ -206,8 +200,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
     router::Request r = NewRequest(request, api);
     Admission admission;
     if (!Authorized(request)) {
-      admission.refusal = RecordRefusal(
-          r, Invalid(401, "unauthorized", "invalid or missing API key", ErrorType::kUnauthorized));
+      admission.refusal =
+          RecordRefusal(r, Invalid(router::Reason::kUnauthorized, "invalid or missing API key"));
       return admission;
     }
     ParsedRequest parsed =
@@ -215,8 +209,8 @@ class OpenAiShim::Impl final : public HttpRoutes {
     if (!parsed.ok) {
       admission.refusal =
           RecordRefusal(r,
-                        Invalid(parsed.error.status,
-                                parsed.error.status == 404 ? "model_not_found" : "invalid_request",
+                        Invalid(parsed.error.status == 404 ? router::Reason::kModelNotFound
+                                                           : router::Reason::kInvalidRequest,
                                 parsed.error.message),
                         parsed.error.param);
       return admission;
@@ -227,13 +221,13 @@ class OpenAiShim::Impl final : public HttpRoutes {
     return admission;
   }
 
-  HttpResponse Refuse(const HttpRequest& partial, std::string_view path, int status,
-                      std::string reason, std::string message) override {
+  HttpResponse Refuse(const HttpRequest& partial, std::string_view path, router::Reason reason,
+                      std::string message) override {
     if (!IsGeneration(partial.method(), path)) {
-      return ErrorResponse(status, ErrorType::kInvalidRequest, message);
+      return ErrorResponse(Invalid(reason, std::move(message)));
     }
     router::Request r = NewRequest(partial, ApiForPath(path));
-    return RecordRefusal(r, Invalid(status, std::move(reason), std::move(message)));
+    return RecordRefusal(r, Invalid(reason, std::move(message)));
   }
 
   engines::Awaitable<void> Serve(router::Request request,

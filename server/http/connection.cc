@@ -36,11 +36,7 @@ constexpr size_t kReadSize = 16 * 1024;
 // header_limit (431) rather than a full buffer.
 constexpr size_t kBufferSlack = 16 * 1024;
 
-// Journal reasons and messages of the door's own refusals.
-constexpr const char* kMalformed = "malformed_http";
-constexpr const char* kTooLarge = "too_large";
-constexpr const char* kHeadersTooLarge = "headers_too_large";
-constexpr const char* kHeaderTimeout = "header_timeout";
+// Messages of the door's own refusals.
 constexpr const char* kLengthConflict =
     "a request with both Content-Length and Transfer-Encoding is not allowed";
 constexpr const char* kUnsupportedCoding = "Transfer-Encoding other than chunked is not supported";
@@ -67,13 +63,8 @@ bool IsHttpSyntaxError(const error_code& ec) {
 }
 
 router::Outcome MissingOutcome() {
-  router::Outcome o;
-  o.terminal = router::Terminal::kFailed;
-  o.reason = "internal";
-  o.status = 500;
-  o.error_type = router::ErrorType::kInternal;
-  o.message = "the request ended without an outcome";
-  return o;
+  return router::RefusalOutcome(router::Terminal::kFailed, router::Reason::kInternal,
+                                "the request ended without an outcome");
 }
 
 // Counts a generation response as in progress for the graceful drain.
@@ -168,12 +159,12 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
   // One framing only (request smuggling): Beast itself refuses
   // Content-Length with chunked; any other coding is refused here.
   if (parser.length_conflict()) {
-    co_return co_await Refuse(request, path, 400, kMalformed, kLengthConflict);
+    co_return co_await Refuse(request, path, router::Reason::kMalformedHttp, kLengthConflict);
   }
   if (parser.transfer_encodings() > 0 &&
       (parser.transfer_encodings() > 1 || !parser.chunked() ||
        !beast::iequals(Trim(request[http::field::transfer_encoding]), "chunked"))) {
-    co_return co_await Refuse(request, path, 400, kMalformed, kUnsupportedCoding);
+    co_return co_await Refuse(request, path, router::Reason::kMalformedHttp, kUnsupportedCoding);
   }
 
   // The body: bounded in size while it is read, and in time.
@@ -193,12 +184,12 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
     timer.Pause();
     if (timer.fired()) co_return Next::kClose;
     if (ec == http::error::body_limit) {
-      co_return co_await Refuse(request, path, 413, kTooLarge, BodyTooLarge());
+      co_return co_await Refuse(request, path, router::Reason::kTooLarge, BodyTooLarge());
     }
     if (IsHttpSyntaxError(ec) && ec != http::error::partial_message &&
         ec != http::error::end_of_stream) {
       std::string message = "malformed HTTP request body: " + ec.message();
-      co_return co_await Refuse(request, path, 400, kMalformed, std::move(message));
+      co_return co_await Refuse(request, path, router::Reason::kMalformedHttp, std::move(message));
     }
     if (ec) co_return Next::kClose;
   }
@@ -239,7 +230,7 @@ Awaitable<Connection::Next> Connection::RefuseHead(RequestParser& parser, error_
     timer.ClearExpiry();
     std::string message = "request headers not received within serving.header_timeout_s (" +
                           SecondsText(options_.header_timeout) + ")";
-    co_return co_await Refuse(partial, path, 408, kHeaderTimeout, std::move(message));
+    co_return co_await Refuse(partial, path, router::Reason::kHeaderTimeout, std::move(message));
   }
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     std::string message;
@@ -250,27 +241,26 @@ Awaitable<Connection::Next> Connection::RefuseHead(RequestParser& parser, error_
       message = "request headers exceed serving.max_header_bytes (" +
                 std::to_string(options_.max_header_bytes) + " bytes)";
     }
-    co_return co_await Refuse(partial, path, 431, kHeadersTooLarge, std::move(message));
+    co_return co_await Refuse(partial, path, router::Reason::kHeadersTooLarge, std::move(message));
   }
   if (ec == http::error::body_limit) {  // a Content-Length over the limit
-    co_return co_await Refuse(partial, path, 413, kTooLarge, BodyTooLarge());
+    co_return co_await Refuse(partial, path, router::Reason::kTooLarge, BodyTooLarge());
   }
   const bool conflict = (ec == http::error::bad_transfer_encoding && parser.saw_content_length()) ||
                         (ec == http::error::bad_content_length && parser.transfer_encodings() > 0);
-  if (conflict) co_return co_await Refuse(partial, path, 400, kMalformed, kLengthConflict);
+  if (conflict)
+    co_return co_await Refuse(partial, path, router::Reason::kMalformedHttp, kLengthConflict);
   if (IsHttpSyntaxError(ec) && ec != http::error::partial_message &&
       ec != http::error::end_of_stream) {
     std::string message = "malformed HTTP request: " + ec.message();
-    co_return co_await Refuse(partial, path, 400, kMalformed, std::move(message));
+    co_return co_await Refuse(partial, path, router::Reason::kMalformedHttp, std::move(message));
   }
   co_return Next::kClose;  // the client went away or the socket failed
 }
 
 Awaitable<Connection::Next> Connection::Refuse(const HttpRequest& partial, std::string_view path,
-                                               int status, std::string reason,
-                                               std::string message) {
-  HttpResponse response =
-      routes_.Refuse(partial, path, status, std::move(reason), std::move(message));
+                                               router::Reason reason, std::string message) {
+  HttpResponse response = routes_.Refuse(partial, path, reason, std::move(message));
   FinishForWire(response, partial.version() == 10 ? 10 : 11, /*keep_alive=*/false);
   const error_code ec =
       co_await socket_->WriteMessage(response, socket_->Now() + options_.write_timeout);

@@ -65,8 +65,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A request whose head failed to parse (`ec` says why) or did not arrive
   // within the header timeout.
   engines::Awaitable<Next> RefuseHead(RequestParser& parser, boost::system::error_code ec);
-  engines::Awaitable<Next> Refuse(const HttpRequest& partial, std::string_view path, int status,
-                                  std::string reason, std::string message);
+  engines::Awaitable<Next> Refuse(const HttpRequest& partial, std::string_view path,
+                                  router::Reason reason, std::string message);
   std::string BodyTooLarge() const;
   engines::Awaitable<Next> Generate(router::Request request, unsigned version, bool keep_alive);
   engines::Awaitable<void> ServeAndStopWatch(router::Request request,

@@ -45,11 +45,12 @@ class HttpRoutes {
   // A complete generation request: validated into a router::Request, or
   // refused (401, 400, 404) and journaled.
   virtual Admission Admit(const HttpRequest& request, std::string_view path) = 0;
-  // A request the connection refused before it was complete (400, 413, 431):
+  // A request the connection refused before it was complete (malformed,
+  // too large, header timeout or bound; statuses from server/status_table):
   // `partial` holds what was parsed. Journaled when it names a generation
   // route.
-  virtual HttpResponse Refuse(const HttpRequest& partial, std::string_view path, int status,
-                              std::string reason, std::string message) = 0;
+  virtual HttpResponse Refuse(const HttpRequest& partial, std::string_view path,
+                              router::Reason reason, std::string message) = 0;
   // Runs an admitted request to its end on the calling coroutine's loop
   // (Router::Serve): the response goes to `sink`, whose Finish() has been
   // called when this completes.
