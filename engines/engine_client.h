@@ -40,10 +40,10 @@ struct LegOptions {
   // Fresh per attempt and phase (B8); sent as X-Request-Id.
   std::string backend_request_id;
   // The original client request's deadline. Passing it ends the leg with
-  // FailureReason::kDeadline (504, no breaker evidence).
+  // FailureReason::kDeadline (no breaker evidence).
   MonoTime request_deadline = MonoTime::max();
   // Prefill only: bound on this leg (serving.prefill_timeout_s); expiry is an
-  // engine timeout (504). Ignored when later than request_deadline.
+  // engine timeout (kLegTimeout). Ignored when later than request_deadline.
   std::optional<MonoTime> leg_deadline;
   // Cancelled when the client goes away; the leg then ends with
   // FailureReason::kCancelled promptly. May be null.

@@ -103,14 +103,15 @@ std::string EngineText(std::string_view bytes) {
 }
 
 EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
-                          BreakerClass cls, int status, std::string detail, bool transient) {
+                          BreakerClass cls, FailureCause cause, std::string detail,
+                          bool transient) {
   EngineFailure f;
   f.phase = phase;
   f.iid = iid;
   f.evidence_iid = cls == BreakerClass::kNone ? "" : iid;
   f.reason = reason;
   f.breaker_class = cls;
-  f.status = status;
+  f.cause = cause;
   f.detail = IsValidUtf8(detail) ? std::move(detail) : ToValidUtf8(detail);
   f.transient = transient;
   return f;
@@ -139,27 +140,25 @@ EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engi
   const std::string source = in_stream ? "engine stream error " : "engine returned HTTP ";
   const std::string text = EngineText(message);
   const std::string detail = source + std::to_string(engine_status) + ": " + text;
+  const FailureCause cause = in_stream ? FailureCause::kStreamError : FailureCause::kEngineStatus;
   EngineFailure f;
   if (engine_status == 408 || engine_status == 429) {
-    f = MakeFailure(phase, iid, FailureReason::kEngineOverloaded, BreakerClass::kOverload,
-                    engine_status == 408 ? 504 : 502, detail, true);
+    f = MakeFailure(phase, iid, FailureReason::kEngineOverloaded, BreakerClass::kOverload, cause,
+                    detail, true);
   } else if (engine_status >= 400 && engine_status < 500) {
     // The client's own request was refused (e.g. prompt too long): its status
     // and message go back unchanged, and it is not evidence against the engine.
-    f = MakeFailure(phase, iid, FailureReason::kEngineRejected, BreakerClass::kNone,
-                    engine_status, text, false);
+    f = MakeFailure(phase, iid, FailureReason::kEngineRejected, BreakerClass::kNone, cause, text,
+                    false);
   } else if (engine_status >= 500 && engine_status < 600) {
-    f = MakeFailure(phase, iid,
-                    engine_status == 504 ? FailureReason::kEngineTimeout
-                                         : FailureReason::kEngineError,
-                    BreakerClass::kInferenceStatus, engine_status == 504 ? 504 : 502, detail,
-                    true);
+    f = MakeFailure(
+        phase, iid,
+        engine_status == 504 ? FailureReason::kEngineTimeout : FailureReason::kEngineError,
+        BreakerClass::kInferenceStatus, cause, detail, true);
   } else {
-    f = MakeFailure(phase, iid, FailureReason::kEngineError, BreakerClass::kInferenceStatus, 502,
+    f = MakeFailure(phase, iid, FailureReason::kEngineError, BreakerClass::kInferenceStatus, cause,
                     detail, false);
   }
-  // B11: an error object inside a 200 stream keeps its own status.
-  if (in_stream) f.status = engine_status;
   f.engine_status = engine_status;
   return f;
 }

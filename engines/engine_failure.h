@@ -2,8 +2,10 @@
 //
 // The engine adapter classifies every way a leg can fail exactly once, into
 // this record; the attempt loop (retry decisions), the breaker (evidence), the
-// journal and the metrics all read it, and the front doors map `status` through
-// the one status table. Nothing else re-derives a classification.
+// journal and the metrics all read it. It says what happened (reason, cause,
+// the engine's own status as data) and never which status a client sees: the
+// front doors map the router's outcome through the one status table
+// (server/status_table). Nothing else re-derives a classification.
 #ifndef NARWHAL_ENGINES_ENGINE_FAILURE_H_
 #define NARWHAL_ENGINES_ENGINE_FAILURE_H_
 
@@ -46,6 +48,28 @@ enum class FailureReason {
 };
 std::string_view FailureReasonName(FailureReason r);  // "engine_unreachable", ...
 
+// What exactly happened within a reason (the sub-reason).
+enum class FailureCause {
+  kNone,                 // the reason says it all (deadline, cancellation, ...)
+  kBadUrl,               // the engine's URL does not parse
+  kConnectFailed,        // connect refused or failed
+  kConnectTimeout,       // connect did not complete within http.connect_timeout_s
+  kConnectionLost,       // an established connection broke before a complete response
+  kLegTimeout,           // the prefill leg's own timeout
+  kFirstTokenTimeout,    // no first token in time (B12)
+  kReadTimeout,          // silence between tokens (B13)
+  kEngineStatus,         // the engine answered an HTTP error status (engine_status)
+  kStreamError,          // an error object inside a 200 stream (engine_status = its code)
+  kNoHandoff,            // the prefill response carried no usable handoff
+  kInvalidContinuation,  // the handoff was refused before decode (B3; handoff_rejection)
+  kResponseBound,        // a response broke a size or shape bound
+  kMalformedStream,      // the SSE stream does not parse
+  kEarlyDone,            // [DONE] before any token
+  kUnterminated,         // the stream ended without [DONE]
+  kUnassemblable,        // a non-streaming response could not be assembled
+  kClientTooSlow,        // the client stopped reading until the deadline
+};
+
 struct EngineFailure {
   Phase phase = Phase::kPrefill;
   FailureReason reason = FailureReason::kEngineError;
@@ -55,10 +79,10 @@ struct EngineFailure {
   std::string evidence_iid;
   // The leg's engine (where the failure was observed).
   std::string iid;
-  // HTTP status to report (B10/B11): 504 timeout-shaped, 502 other engine
-  // faults, the error object's code, or the engine's own 4xx.
-  int status = 502;
-  // The engine's HTTP status when it answered with one, else 0.
+  FailureCause cause = FailureCause::kNone;
+  // The engine's HTTP status when it answered with one (or the code of an
+  // error object in its stream), else 0. Data: the status table decides
+  // what a client sees.
   int engine_status = 0;
   // Detail text; begins with the exact strings of SPEC §5 where one applies.
   std::string detail;
@@ -68,15 +92,13 @@ struct EngineFailure {
   // (engines/descriptor_contract.h; "connector_mismatch", "endpoint_mismatch",
   // "reused_handoff"), else empty.
   std::string handoff_rejection;
-
-  bool timeout_shaped() const { return status == 504; }
 };
 
 // A failure record with the given fields; the breaker evidence counts
 // against `iid` unless the class is kNone. `detail` is made well-formed
 // UTF-8 (ToValidUtf8) when it is not.
 EngineFailure MakeFailure(Phase phase, const std::string& iid, FailureReason reason,
-                          BreakerClass cls, int status, std::string detail, bool transient);
+                          BreakerClass cls, FailureCause cause, std::string detail, bool transient);
 
 // Engine text (error messages, bodies) enters failure details and JSON
 // documents only as well-formed UTF-8: nlohmann::json refuses to serialise

@@ -19,7 +19,7 @@
 // integer `index` (when it has one) in 0..kMaxChoices-1 (the router serves
 // n = 1). The classifier reports what it saw (StreamEvent::choices,
 // stray_choice_index); ChoiceBoundError() names a violation, which fails the
-// leg (502) before the chunk reaches anyone.
+// leg (kResponseBound) before the chunk reaches anyone.
 //
 // The classifier scans the payload once with simdjson On-Demand (no DOM),
 // validating all of it but copying out only what is listed in StreamEvent, and

@@ -27,13 +27,6 @@ std::string Iso8601(double unix_seconds) {
 json OrNull(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 json OrNull(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-// attempt_info[key] when present, else null.
-json Field(const json& info, const char* key) {
-  if (!info.is_object()) return nullptr;
-  auto it = info.find(key);
-  return it == info.end() ? json(nullptr) : *it;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& path,
@@ -47,15 +40,13 @@ absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& pa
   return std::unique_ptr<AccessLog>(new AccessLog(std::move(*writer)));
 }
 
-json AccessLog::Line(const Request& request, const Outcome& outcome, const json& attempt_info,
-                     double duration_s, double finished_wall) {
-  const bool status_sent = !(outcome.terminal == Terminal::kCancelled && !outcome.output_started);
+json AccessLog::Line(const Request& request, const Outcome& outcome, const RequestRecord& record,
+                     double duration_s, double finished_wall, const JournalStatus* status) {
   json model = nullptr;
   if (request.body.is_object()) {
     auto it = request.body.find("model");
     if (it != request.body.end() && it->is_string()) model = *it;
   }
-  const json attempts = Field(attempt_info, "attempts");
   return {
       {"ts", Iso8601(finished_wall)},
       {"rid", request.rid},
@@ -64,12 +55,12 @@ json AccessLog::Line(const Request& request, const Outcome& outcome, const json&
       {"api", engines::ApiLabel(request.api)},
       {"model", std::move(model)},
       {"stream", request.stream},
-      {"status", status_sent ? json(outcome.status) : json(nullptr)},
+      {"status", status != nullptr ? status->Status(outcome) : json(nullptr)},
       {"terminal", TerminalName(outcome.terminal)},
-      {"reason", OrNull(outcome.reason)},
-      {"prefill_iid", Field(attempt_info, "prefill_iid")},
-      {"decode_iid", Field(attempt_info, "decode_iid")},
-      {"attempts", attempts.is_null() ? json(0) : attempts},
+      {"reason", OrNull(std::string(ReasonName(outcome.reason)))},
+      {"prefill_iid", OrNull(record.prefill_iid)},
+      {"decode_iid", OrNull(record.decode_iid)},
+      {"attempts", record.attempts},
       {"ttft_s", OrNull(outcome.ttft_s)},
       {"first_byte_s", OrNull(outcome.first_byte_s)},
       {"duration_s", duration_s},
@@ -78,9 +69,9 @@ json AccessLog::Line(const Request& request, const Outcome& outcome, const json&
   };
 }
 
-void AccessLog::Record(const Request& request, const Outcome& outcome, const json& attempt_info,
-                       double duration_s, double finished_wall) {
-  writer_->Write(Line(request, outcome, attempt_info, duration_s, finished_wall));
+void AccessLog::Record(const Request& request, const Outcome& outcome, const RequestRecord& record,
+                       double duration_s, double finished_wall, const JournalStatus* status) {
+  writer_->Write(Line(request, outcome, record, duration_s, finished_wall, status));
 }
 
 }  // namespace narwhal::router

@@ -10,8 +10,10 @@
 //    "prefill_iid":"p0","decode_iid":"d1","attempts":1,
 //    "ttft_s":0.012,"first_byte_s":0.015,"duration_s":0.210,
 //    "prompt_tokens":12,"output_tokens":64}
-// `ts` is when the request finished (UTC); `status` is null for a client
-// that went away before any answer was sent.
+// `ts` is when the request finished (UTC); `status` is the journal's (the
+// server's status table through JournalStatus, router/outcome.h): null for
+// a client that went away before any answer was sent, and null when no
+// table was given.
 //
 // Never slows the data plane: Record() builds the line and hands it to a
 // bounded queue written by the log's own thread (router/journal.h's
@@ -30,6 +32,7 @@
 #include <string>
 
 #include "router/journal.h"
+#include "router/journal_row.h"
 #include "router/outcome.h"
 #include "router/request.h"
 
@@ -50,12 +53,12 @@ class AccessLog {
 
   // The line for a finished request (pure; exposed for tests).
   static nlohmann::json Line(const Request& request, const Outcome& outcome,
-                             const nlohmann::json& attempt_info, double duration_s,
-                             double finished_wall);
+                             const RequestRecord& record, double duration_s, double finished_wall,
+                             const JournalStatus* status);
 
   // Queues the request's line and returns at once (drops it when full).
-  void Record(const Request& request, const Outcome& outcome, const nlohmann::json& attempt_info,
-              double duration_s, double finished_wall);
+  void Record(const Request& request, const Outcome& outcome, const RequestRecord& record,
+              double duration_s, double finished_wall, const JournalStatus* status);
   // Until every line recorded before this call is written.
   void Flush() { writer_->Flush(); }
 

@@ -257,7 +257,7 @@ class Preflight {
     }
     if (dec.ok()) {
       p.outcome = "passed";
-    } else if (dec.failure->detail.rfind("no first token within", 0) == 0) {
+    } else if (dec.failure->cause == engines::FailureCause::kFirstTokenTimeout) {
       p.outcome = "unconfirmed_transfer";
       p.detail = dec.failure->detail;
     } else {

@@ -29,10 +29,6 @@ using json = nlohmann::json;
 // are flushed with it; later ones are dropped).
 constexpr size_t kMaxHeldEvents = 64;
 
-json OptionalSeconds(const std::optional<double>& s) {
-  return s ? json(*s) : json(nullptr);
-}
-
 // Receives one decode attempt's events: holds them until the first token and
 // then relays them in order (streaming clients), or assembles them
 // (non-streaming clients). Each engine read's events reach the client in one
@@ -125,58 +121,12 @@ class AttemptRelay : public engines::DecodeObserver {
   bool client_too_slow_ = false;
 };
 
-// A failure the router itself decides (deadline, handoff age, cancellation):
-// never breaker evidence.
-EngineFailure RouterFailure(Phase phase, const std::string& iid, FailureReason reason, int status,
-                            std::string detail, bool transient) {
-  return engines::MakeFailure(phase, iid, reason, engines::BreakerClass::kNone, status,
+// A failure the router itself decides (deadline, handoff age, cancellation,
+// an unassemblable body, a client too slow): never breaker evidence.
+EngineFailure RouterFailure(Phase phase, const std::string& iid, FailureReason reason,
+                            engines::FailureCause cause, std::string detail, bool transient) {
+  return engines::MakeFailure(phase, iid, reason, engines::BreakerClass::kNone, cause,
                               std::move(detail), transient);
-}
-
-// The SPEC §4 "situation" of an engine-leg failure: terminal, status, type.
-Outcome OutcomeFromFailure(const EngineFailure& f, bool output_started) {
-  Outcome o;
-  o.output_started = output_started;
-  o.message = f.detail;
-  o.status = f.status;
-  o.reason = std::string(engines::FailureReasonName(f.reason));
-  switch (f.reason) {
-    case FailureReason::kCancelled:
-      o.terminal = Terminal::kCancelled;
-      o.status = output_started ? 200 : 499;
-      o.error_type = ErrorType::kNone;
-      break;
-    case FailureReason::kDeadline:
-      o.terminal = Terminal::kExpired;
-      o.status = 504;
-      o.error_type = ErrorType::kRequestExpired;
-      break;
-    case FailureReason::kHandoffExpired:
-      o.terminal = Terminal::kExpired;
-      o.status = 504;
-      o.error_type = ErrorType::kHandoffExpired;
-      break;
-    case FailureReason::kEngineRejected:
-      o.terminal = Terminal::kFailed;
-      o.error_type = ErrorType::kInvalidRequest;
-      break;
-    default:
-      o.terminal = Terminal::kFailed;
-      o.error_type = f.phase == Phase::kPrefill ? ErrorType::kPrefill : ErrorType::kDecode;
-      break;
-  }
-  return o;
-}
-
-Outcome Refusal(Terminal terminal, std::string reason, int status, ErrorType type,
-                std::string message) {
-  Outcome o;
-  o.terminal = terminal;
-  o.reason = std::move(reason);
-  o.status = status;
-  o.error_type = type;
-  o.message = std::move(message);
-  return o;
 }
 
 }  // namespace
@@ -191,14 +141,14 @@ class Router::Run {
     const engines::Executor executor = co_await boost::asio::this_coro::executor;
     executor_ = executor;
     for (int attempt = 1;; ++attempt) {
-      attempts_ = attempt;
+      record_.attempts = attempt;
       if (attempt > 1) {
         if (r_.metrics_ != nullptr) r_.metrics_->retry_attempts_total.Increment();
         const bool slept = co_await r_.clock_.Sleep(
             executor, engines::FromSeconds(next_backoff_s_), &sink_->cancel_token());
         if (!slept) {
           RefundCredit();
-          Finish(OutcomeFromFailure(Cancelled(Phase::kPrefill), false));
+          Finish(FailureOutcome(Cancelled(Phase::kPrefill), false));
           co_return;
         }
       }
@@ -209,20 +159,15 @@ class Router::Run {
 
   // Ends a request whose coroutine failed unexpectedly (a router bug).
   void FinishInternal(const std::string& what) {
-    Outcome o;
-    o.terminal = Terminal::kFailed;
-    o.reason = "internal";
-    o.status = 500;
-    o.error_type = ErrorType::kInternal;
     // The cause goes to the log, never to the client.
     LogError("request " + request_.rid + " failed internally: " + what);
-    o.message = "internal error";
-    Finish(std::move(o));
+    Finish(RefusalOutcome(Terminal::kFailed, Reason::kInternal, "internal error"));
   }
 
  private:
   EngineFailure Cancelled(Phase phase) {
-    return RouterFailure(phase, "", FailureReason::kCancelled, 499, "client went away", false);
+    return RouterFailure(phase, "", FailureReason::kCancelled, engines::FailureCause::kNone,
+                         "client went away", false);
   }
 
   // One prefill + decode attempt. Returns true when a retry should follow.
@@ -230,13 +175,13 @@ class Router::Run {
     const Settings& s = r_.settings_;
     if (sink_->cancelled()) {
       RefundCredit();
-      Finish(OutcomeFromFailure(Cancelled(Phase::kPrefill), false));
+      Finish(FailureOutcome(Cancelled(Phase::kPrefill), false));
       co_return false;
     }
     if (r_.clock_.Now() >= request_.deadline) {
       RefundCredit();
-      Finish(OutcomeFromFailure(
-          RouterFailure(Phase::kPrefill, "", FailureReason::kDeadline, 504,
+      Finish(FailureOutcome(
+          RouterFailure(Phase::kPrefill, "", FailureReason::kDeadline, engines::FailureCause::kNone,
                         "request deadline passed before the prefill leg", false),
           false));
       co_return false;
@@ -255,8 +200,9 @@ class Router::Run {
       prompt_key_ = PrefixIndex::Key(PromptText(request_.api, request_.body));
       keyed_ = true;
     }
-    std::optional<Fleet::Reservation> producer = r_.fleet_.PickAndReserve(
-        Phase::kPrefill, excluded_, "", keyed_ ? &prompt_key_ : nullptr, &prefill_placement_);
+    std::optional<Fleet::Reservation> producer =
+        r_.fleet_.PickAndReserve(Phase::kPrefill, excluded_, "", keyed_ ? &prompt_key_ : nullptr,
+                                 &record_.prefill_placement);
     if (!producer) {
       RefundCredit();
       FinishNoEngine(Phase::kPrefill);
@@ -264,10 +210,10 @@ class Router::Run {
     }
     credit_held_ = false;  // the retry's credit is spent once its prefill dispatches
     const engines::EngineTarget producer_target = producer->target();
-    prefill_iid_ = producer_target.iid;
-    decode_iid_.clear();
-    placed_ = true;
-    decode_placement_.reset();
+    record_.prefill_iid = producer_target.iid;
+    record_.decode_iid.clear();
+    record_.placed = true;
+    record_.decode_placement.reset();
     // The decode leg's consumer, counted as reserved while the prefill runs.
     std::optional<Fleet::Reservation> planned =
         r_.fleet_.ReserveDecode(excluded_, producer_target.iid);
@@ -301,7 +247,7 @@ class Router::Run {
     } else {
       consumer = r_.fleet_.PickAndReserve(Phase::kDecode, excluded_, producer_target.iid);
     }
-    if (consumer) decode_placement_ = consumer->reason();
+    if (consumer) record_.decode_placement = consumer->reason();
     if (!consumer) {
       planned.reset();
       Abandon(*prefill.result, AbandonReason::kNoConsumer, handoff_start, {});
@@ -309,7 +255,7 @@ class Router::Run {
       co_return false;
     }
     const engines::EngineTarget consumer_target = consumer->target();
-    decode_iid_ = consumer_target.iid;
+    record_.decode_iid = consumer_target.iid;
 
     // B7: the handoff must still be young enough when decode dispatches.
     if (s.serving.handoff_timeout_s > 0 &&
@@ -322,11 +268,12 @@ class Router::Run {
       Abandon(*prefill.result, AbandonReason::kExpired, handoff_start, {});
       // The handoff aged on its producer: a retry avoids the producer, not
       // the idle consumer.
-      co_return OnFailure(attempt,
-                          RouterFailure(Phase::kDecode, producer_target.iid,
-                                        FailureReason::kHandoffExpired, 504,
-                                        "KV handoff expired before decode dispatch", true),
-                          false);
+      co_return OnFailure(
+          attempt,
+          RouterFailure(Phase::kDecode, producer_target.iid, FailureReason::kHandoffExpired,
+                        engines::FailureCause::kNone, "KV handoff expired before decode dispatch",
+                        true),
+          false);
     }
 
     // --- decode (B3, B4) ---
@@ -345,15 +292,15 @@ class Router::Run {
       first_byte_s_ = engines::Seconds(*relay.first_token() - request_.arrived);  // B9
       output_tokens_ = relay.output_tokens();
       if (output_tokens_ >= 2) {
-        tpot_s_ = engines::Seconds(relay.last_token() - prefill_done) /
-                  static_cast<double>(output_tokens_ - 1);
+        record_.tpot_s = engines::Seconds(relay.last_token() - prefill_done) /
+                         static_cast<double>(output_tokens_ - 1);
       }
     }
     prompt_tokens_ = relay.prompt_tokens();
 
     if (decode.ok()) {
       r_.fleet_.RecordSuccess(consumer_target.iid, Success::kDecodeDone);
-      if (consumer_target.iid != producer_target.iid && !recompute_evidence_.has_value()) {
+      if (consumer_target.iid != producer_target.iid && !record_.recompute_evidence.has_value()) {
         r_.fleet_.RecordLinkSuccess(producer_target.iid, consumer_target.iid);
       }
       // "completed" means the client took the whole stream, not only that
@@ -361,12 +308,12 @@ class Router::Run {
       bool drained = true;
       if (request_.stream) drained = co_await sink_->Drain(request_.deadline);
       if (!drained) {
-        Outcome o = OutcomeFromFailure(
+        Outcome o = FailureOutcome(
             sink_->cancelled()
                 ? Cancelled(Phase::kDecode)
                 : RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline,
-                                504, "request deadline passed while the client was not reading",
-                                false),
+                                engines::FailureCause::kClientTooSlow,
+                                "request deadline passed while the client was not reading", false),
             /*output_started=*/true);
         o.finish_reason = relay.finish_reason();
         Finish(std::move(o));
@@ -374,7 +321,6 @@ class Router::Run {
       }
       Outcome o;
       o.terminal = Terminal::kCompleted;
-      o.status = 200;
       o.output_started = request_.stream;
       o.finish_reason = relay.finish_reason();
       if (!request_.stream) o.body = relay.assembler().Build();
@@ -396,12 +342,12 @@ class Router::Run {
           .Increment();
     }
     if (relay.assembly_failed()) {
-      failure = RouterFailure(Phase::kDecode, consumer_target.iid,
-                              FailureReason::kInvalidResponse, 502,
-                              "unassemblable decode response: " + relay.assembler().error(),
-                              false);
+      failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kInvalidResponse,
+                              engines::FailureCause::kUnassemblable,
+                              "unassemblable decode response: " + relay.assembler().error(), false);
     } else if (relay.client_too_slow()) {
-      failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline, 504,
+      failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline,
+                              engines::FailureCause::kClientTooSlow,
                               "request deadline passed while the client was not reading", false);
     }
     co_return OnFailure(attempt, std::move(failure), relay.output_started());
@@ -418,14 +364,14 @@ class Router::Run {
           .Increment();
     }
     // Breaker evidence (never for client 4xx, cancellation or the deadline).
-    r_.fleet_.RecordFailure(f, prefill_iid_);
+    r_.fleet_.RecordFailure(f, record_.prefill_iid);
     if (f.reason == FailureReason::kEngineRejected) {
       r_.fleet_.RecordSuccess(f.iid, Success::kEngineRejected);
     }
     // A retry avoids the engines that failed this request; a failed decode
     // also avoids that attempt's producer.
-    for (const std::string& iid : {f.iid, f.evidence_iid, f.phase == Phase::kDecode ? prefill_iid_
-                                                                                     : std::string()}) {
+    for (const std::string& iid :
+         {f.iid, f.evidence_iid, f.phase == Phase::kDecode ? record_.prefill_iid : std::string()}) {
       if (!iid.empty() && std::find(excluded_.begin(), excluded_.end(), iid) == excluded_.end()) {
         excluded_.push_back(iid);
       }
@@ -458,9 +404,9 @@ class Router::Run {
         credit_held_ = true;
       }
     }
-    failures_.push_back(af);
+    record_.failures.push_back(af);
     if (af.retry_scheduled) return true;
-    Finish(OutcomeFromFailure(f, output_started));
+    Finish(FailureOutcome(f, output_started));
     return false;
   }
 
@@ -468,14 +414,14 @@ class Router::Run {
   // says its consumer computed the prompt again; the answer is not failed.
   void NoteRecompute(const std::string& producer, const std::string& consumer,
                      const engines::DecodeOutcome& decode, const AttemptRelay& relay) {
-    recompute_evidence_.reset();
+    record_.recompute_evidence.reset();
     if (producer == consumer) return;
     const bool suspected =
         decode.ok() && RecomputeSuspected(relay.prompt_tokens(), relay.cached_tokens());
     const bool failed = !decode.ok() && !decode.handoff_left_with_producer;
     std::string evidence;
     if (suspected) {
-      recompute_evidence_ = json{{"source", "usage"},
+      record_.recompute_evidence = json{{"source", "usage"},
                                  {"producer", producer},
                                  {"consumer", consumer},
                                  {"prompt_tokens", relay.prompt_tokens()},
@@ -498,8 +444,8 @@ class Router::Run {
     a.handoff_start = handoff_start;
     a.avoid = std::move(avoid);
     a.rid = request_.rid;
-    abandoned_ = reason;
-    released_ = r_.releaser_.Release(a, executor_) == ReleaseDispatch::kStarted;
+    record_.abandoned = reason;
+    record_.released = r_.releaser_.Release(a, executor_) == ReleaseDispatch::kStarted;
   }
 
   void FinishNoEngine(Phase phase) {
@@ -508,7 +454,7 @@ class Router::Run {
       why = std::string("no engine left for the ") + std::string(engines::PhaseName(phase)) +
             " role after excluding the engines that failed this request";
     }
-    Finish(Refusal(Terminal::kFailed, "no_engine", 503, ErrorType::kBackendUnavailable, why));
+    Finish(RefusalOutcome(Terminal::kFailed, Reason::kNoEngine, why));
   }
 
   void RefundCredit() {
@@ -530,85 +476,37 @@ class Router::Run {
     o.first_byte_s = first_byte_s_;
     o.output_tokens = output_tokens_;
     o.prompt_tokens = prompt_tokens_;
-    json failures = json::array();
-    for (const AttemptFailure& af : failures_) {
-      failures.push_back({{"attempt", af.attempt},
-                          {"phase", engines::PhaseName(af.failure.phase)},
-                          {"iid", af.failure.iid.empty() ? json(nullptr) : json(af.failure.iid)},
-                          {"reason", engines::FailureReasonName(af.failure.reason)},
-                          {"class", engines::BreakerClassName(af.failure.breaker_class)},
-                          {"status", af.failure.status},
-                          {"error", af.failure.detail},
-                          {"transient", af.failure.transient},
-                          {"output_started", af.output_started},
-                          {"retry_scheduled", af.retry_scheduled},
-                          {"retry_reason", af.retry_reason}});
-      if (!af.failure.handoff_rejection.empty()) {
-        failures.back()["handoff_rejection"] = af.failure.handoff_rejection;
-      }
-    }
-    json info = {{"prefill_iid", prefill_iid_.empty() ? json(nullptr) : json(prefill_iid_)},
-                 {"decode_iid", decode_iid_.empty() ? json(nullptr) : json(decode_iid_)},
-                 {"crossed", !decode_iid_.empty() && decode_iid_ != prefill_iid_},
-                 {"attempts", attempts_},
-                 {"attempt_failures", std::move(failures)},
-                 {"tpot_s", OptionalSeconds(tpot_s_)}};
-    if (recompute_evidence_) {
-      info["kv_recompute_suspected"] = true;
-      info["kv_recompute_evidence"] = *recompute_evidence_;
-    }
-    if (abandoned_) {
-      info["handoff_abandoned"] = AbandonReasonName(*abandoned_);
-      info["handoff_released"] = released_;
-    }
-    if (placed_) {
-      info["prefill_placement"] = PlacementReasonName(prefill_placement_.reason);
-      info["prefix_match_bytes"] = prefill_placement_.match_bytes;
-      info["decode_placement"] =
-          decode_placement_ ? json(PlacementReasonName(*decode_placement_)) : json(nullptr);
-    }
-    r_.Finish(request_, *sink_, std::move(o), info);
+    r_.Finish(request_, *sink_, std::move(o), record_);
   }
 
   Router& r_;
   const Request request_;
   std::shared_ptr<ResponseSink> sink_;
   std::vector<std::string> excluded_;
-  std::vector<AttemptFailure> failures_;
-  std::string prefill_iid_;
-  std::string decode_iid_;
-  // Placement of the last attempt (journal).
+  // What the journal row records.
+  RequestRecord record_;
   PromptKey prompt_key_;
   bool keyed_ = false;
-  bool placed_ = false;
-  PlacementInfo prefill_placement_;
-  std::optional<PlacementReason> decode_placement_;
-  int attempts_ = 0;
   double next_backoff_s_ = 0;
   bool credit_held_ = false;
   std::optional<double> ttft_s_;
   std::optional<double> first_byte_s_;
-  std::optional<double> tpot_s_;
   long long output_tokens_ = 0;
   long long prompt_tokens_ = -1;
   bool finished_ = false;
   engines::Executor executor_;
-  // The latest attempt's abandoned handoff, if any, and whether its release
-  // started (journal: handoff_abandoned, handoff_released).
-  std::optional<AbandonReason> abandoned_;
-  bool released_ = false;
-  // The latest attempt's recompute evidence (journal: kv_recompute_*).
-  std::optional<json> recompute_evidence_;
 };
 
 Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fleet& fleet,
-               const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed)
+               const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed,
+               const JournalStatus* journal_status)
     : settings_(settings),
       engines_(engines),
       fleet_(fleet),
       clock_(clock),
       metrics_(metrics),
       journal_(journal),
+      journal_status_(journal_status),
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
       releaser_(settings, engines, fleet, clock, metrics),
       rng_(seed) {
@@ -653,16 +551,15 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
   // A client mistake the consumer would refuse only after the prefill ran.
   std::string too_long = ContextLimitError(request.body, request.api, fleet_.max_model_len());
   if (!accepting_.load()) {
-    refusal = Refusal(Terminal::kRejected, "shutting_down", 503, ErrorType::kBackendUnavailable,
-                      "router is shutting down");
+    refusal = RefusalOutcome(Terminal::kRejected, Reason::kShuttingDown, "router is shutting down");
   } else if (!too_long.empty()) {
-    refusal = Refusal(Terminal::kInvalid, "context_length_exceeded", 400,
-                      ErrorType::kInvalidRequest, std::move(too_long));
+    refusal =
+        RefusalOutcome(Terminal::kInvalid, Reason::kContextLengthExceeded, std::move(too_long));
   } else if (inflight_.fetch_add(1) >= settings_.serving.max_inflight) {
     inflight_.fetch_sub(1);
-    refusal = Refusal(Terminal::kRejected, "inflight_limit", 429, ErrorType::kRateLimit,
-                      "router in-flight limit reached (" +
-                          std::to_string(settings_.serving.max_inflight) + ")");
+    refusal = RefusalOutcome(
+        Terminal::kRejected, Reason::kInflightLimit,
+        "router in-flight limit reached (" + std::to_string(settings_.serving.max_inflight) + ")");
   }
   if (refusal) {
     RecordRefused(request, *refusal);
@@ -683,8 +580,8 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
   } catch (...) {
     failed = "unknown exception";
   }
-  // A router bug must still end its request exactly once (500) and free its
-  // slot; Finish() is a no-op for a request that already ended.
+  // A router bug must still end its request exactly once (internal) and free
+  // its slot; Finish() is a no-op for a request that already ended.
   if (!failed.empty()) run.FinishInternal(failed);
 }
 
@@ -695,7 +592,7 @@ void Router::Submit(Request request, std::shared_ptr<ResponseSink> sink,
 }
 
 void Router::RecordRefused(const Request& request, const Outcome& outcome) {
-  WriteJournal(request, outcome, json::object());
+  WriteJournal(request, outcome, RequestRecord{}, engines::Seconds(clock_.Now() - request.arrived));
   CountRequest(request, outcome);
 }
 
@@ -709,12 +606,13 @@ void Router::CountRequest(const Request& request, const Outcome& outcome) {
 }
 
 void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
-                    const json& attempt_info) {
+                    const RequestRecord& record) {
   if (outcome.ok()) retry_budget_.OnSuccess();
   CountRequest(request, outcome);
+  const double duration_s = engines::Seconds(clock_.Now() - request.arrived);
   if (metrics_ != nullptr) {
     metrics_->retry_credits.Set(retry_budget_.credits());
-    metrics_->duration_seconds.Observe(engines::Seconds(clock_.Now() - request.arrived));
+    metrics_->duration_seconds.Observe(duration_s);
     if (outcome.ok()) {
       if (outcome.ttft_s) metrics_->ttft_seconds.Observe(*outcome.ttft_s);
       if (outcome.first_byte_s) metrics_->first_byte_seconds.Observe(*outcome.first_byte_s);
@@ -726,7 +624,7 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
   }
   // The row is written, and the admission slot freed, before the client can
   // see the end of its response.
-  WriteJournal(request, outcome, attempt_info);
+  WriteJournal(request, outcome, record, duration_s);
   inflight_.fetch_sub(1);
   sink.Finish(std::move(outcome));
   {
@@ -742,44 +640,12 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
 }
 
 void Router::WriteJournal(const Request& request, const Outcome& outcome,
-                          const json& attempt_info) {
+                          const RequestRecord& record, double duration_s) {
   if (access_log_ != nullptr) {
-    access_log_->Record(request, outcome, attempt_info,
-                        engines::Seconds(clock_.Now() - request.arrived), clock_.WallNow());
+    access_log_->Record(request, outcome, record, duration_s, clock_.WallNow(), journal_status_);
   }
   if (journal_ == nullptr) return;
-  const bool status_sent = !(outcome.terminal == Terminal::kCancelled && !outcome.output_started);
-  json row = {
-      {"rid", request.rid},
-      {"client_rid", request.client_rid.empty() ? json(nullptr) : json(request.client_rid)},
-      {"api", engines::ApiLabel(request.api)},
-      {"door", DoorName(request.door)},
-      {"stream", request.stream},
-      {"arrived", request.arrived_wall},
-      {"terminal", TerminalName(outcome.terminal)},
-      {"reason", outcome.reason.empty() ? json(nullptr) : json(outcome.reason)},
-      {"status", status_sent ? json(outcome.status) : json(nullptr)},
-      {"error_type", outcome.error_type == ErrorType::kNone
-                         ? json(nullptr)
-                         : json(ErrorTypeName(outcome.error_type))},
-      {"error", outcome.message.empty() ? json(nullptr) : json(outcome.message)},
-      {"ttft_s", OptionalSeconds(outcome.ttft_s)},
-      {"first_byte_s", OptionalSeconds(outcome.first_byte_s)},
-      {"tpot_s", nullptr},
-      {"duration_s", engines::Seconds(clock_.Now() - request.arrived)},
-      {"prefill_iid", nullptr},
-      {"decode_iid", nullptr},
-      {"crossed", false},
-      {"attempts", 0},
-      {"attempt_failures", json::array()},
-      {"output_started", outcome.output_started},
-      {"output_tokens", outcome.output_tokens},
-      {"handoff_abandoned", nullptr},
-      {"handoff_released", nullptr},
-      {"kv_recompute_suspected", false},
-  };
-  for (auto it = attempt_info.begin(); it != attempt_info.end(); ++it) row[it.key()] = *it;
-  journal_->Write(std::move(row));
+  journal_->Write(JournalRow(request, outcome, record, duration_s, journal_status_));
 }
 
 void Router::Drain(engines::MonoClock::duration grace, const engines::Executor& executor) {

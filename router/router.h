@@ -1,12 +1,13 @@
 // Router: the core that owns every client request from admission to its last
 // byte (B7).
 //
-// Serve() admits a request (serving.max_inflight, else 429 at once) and runs
+// Serve() admits a request (serving.max_inflight, else refused at once) and runs
 // it to its end as a coroutine on the calling event loop: placement of the
 // prefill and decode legs, the
 // attempt loop with fresh backend ids (B8) and retries (B14), handoff-age
 // enforcement (B7), breaker evidence and quarantine (B15, B17), failure to
-// status mapping (B10, B11, B16), disconnect cancellation (B19), measurement
+// outcome mapping (B10, B11, B16; statuses come from server/status_table),
+// disconnect cancellation (B19), measurement
 // (B9), the release of handoffs it will not decode (router/handoff_releaser.h)
 // and the journal row. The response goes to the door's ResponseSink:
 // streaming events as they arrive (one write per engine read), then one
@@ -23,11 +24,10 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engines/engine_client.h"
 #include "router/access_log.h"
@@ -35,6 +35,7 @@
 #include "router/fleet.h"
 #include "router/handoff_releaser.h"
 #include "router/journal.h"
+#include "router/journal_row.h"
 #include "router/metrics.h"
 #include "router/outcome.h"
 #include "router/request.h"
@@ -44,21 +45,15 @@
 
 namespace narwhal::router {
 
-// One failed attempt leg, as the journal's attempt_failures[] records it.
-struct AttemptFailure {
-  int attempt = 0;
-  engines::EngineFailure failure;
-  bool output_started = false;
-  bool retry_scheduled = false;
-  std::string retry_reason;  // allowed, output_started, attempt_limit, non_transient,
-                             // original_deadline, shared_budget, no_engine, cancelled
-};
-
 class Router {
  public:
-  // `metrics` and `journal` may be null. All references must outlive the Router.
+  // `metrics` and `journal` may be null. `journal_status` is the server's
+  // status table as the journal reads it (server/status_table.h); without
+  // it the rows' status and error_type are null. All references must
+  // outlive the Router.
   Router(const Settings& settings, engines::AsyncEngineClient& engines, Fleet& fleet,
-         const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed);
+         const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed,
+         const JournalStatus* journal_status = nullptr);
   ~Router();  // cancels what still runs and joins the workers
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -68,7 +63,7 @@ class Router {
 
   // Admits `request` and runs it to its end on the calling coroutine's loop;
   // its response goes to `sink`, whose Finish() is called exactly once before
-  // this completes (a refusal — 429 in-flight limit, 503 draining — too).
+  // this completes (a refusal — the in-flight limit, draining — too).
   engines::Awaitable<void> Serve(Request request, std::shared_ptr<ResponseSink> sink);
   // Serve() started on `executor`'s loop, detached (for doors whose own
   // threads must not run requests, e.g. gRPC reactors).
@@ -97,10 +92,11 @@ class Router {
   class Run;  // one request's life
 
   void Finish(const Request& request, ResponseSink& sink, Outcome outcome,
-              const nlohmann::json& attempt_info);
+              const RequestRecord& record);
   void CountRequest(const Request& request, const Outcome& outcome);  // requests_total
-  void WriteJournal(const Request& request, const Outcome& outcome,
-                    const nlohmann::json& attempt_info);
+  // The request's one journal row, built from its one record.
+  void WriteJournal(const Request& request, const Outcome& outcome, const RequestRecord& record,
+                    double duration_s);
   double Backoff(int failed_attempt);
   // Cancels every admitted request and waits until each has finished.
   void CancelLiveAndWait();
@@ -112,6 +108,7 @@ class Router {
   Metrics* metrics_;
   Journal* journal_;
   AccessLog* access_log_ = nullptr;
+  const JournalStatus* journal_status_;
   RetryBudget retry_budget_;
   // Releases of abandoned handoffs; destroyed (waited for) before the rest.
   HandoffReleaser releaser_;

@@ -10,35 +10,26 @@
 namespace narwhal::server {
 namespace {
 
-using router::ErrorType;
+using router::Reason;
 using router::Terminal;
 
 struct RefusalRow {
   RefusalKind kind;
   Terminal terminal;
-  const char* reason;
-  int status;
-  ErrorType error_type;
+  Reason reason;  // its status and error type: server/status_table
 };
 
 // One row per kind; RefusalOutcome reads nothing else.
 constexpr RefusalRow kRefusalTable[] = {
-    {RefusalKind::kUnauthorized, Terminal::kRejected, "unauthorized", 401,
-     ErrorType::kUnauthorized},
-    {RefusalKind::kUnknownModel, Terminal::kInvalid, "model_not_found", 404,
-     ErrorType::kInvalidRequest},
-    {RefusalKind::kInvalidRequest, Terminal::kInvalid, "invalid_request", 400,
-     ErrorType::kInvalidRequest},
-    {RefusalKind::kTooLarge, Terminal::kInvalid, "too_large", 413, ErrorType::kInvalidRequest},
-    {RefusalKind::kMalformedHttp, Terminal::kInvalid, "malformed_http", 400,
-     ErrorType::kInvalidRequest},
-    {RefusalKind::kMalformedMessage, Terminal::kInvalid, "malformed_message", 400,
-     ErrorType::kInvalidRequest},
-    {RefusalKind::kHeadersTooLarge, Terminal::kInvalid, "headers_too_large", 431,
-     ErrorType::kInvalidRequest},
-    {RefusalKind::kHeaderTimeout, Terminal::kInvalid, "header_timeout", 408,
-     ErrorType::kInvalidRequest},
-    {RefusalKind::kCancelled, Terminal::kCancelled, "cancelled", 499, ErrorType::kNone},
+    {RefusalKind::kUnauthorized, Terminal::kRejected, Reason::kUnauthorized},
+    {RefusalKind::kUnknownModel, Terminal::kInvalid, Reason::kModelNotFound},
+    {RefusalKind::kInvalidRequest, Terminal::kInvalid, Reason::kInvalidRequest},
+    {RefusalKind::kTooLarge, Terminal::kInvalid, Reason::kTooLarge},
+    {RefusalKind::kMalformedHttp, Terminal::kInvalid, Reason::kMalformedHttp},
+    {RefusalKind::kMalformedMessage, Terminal::kInvalid, Reason::kMalformedMessage},
+    {RefusalKind::kHeadersTooLarge, Terminal::kInvalid, Reason::kHeadersTooLarge},
+    {RefusalKind::kHeaderTimeout, Terminal::kInvalid, Reason::kHeaderTimeout},
+    {RefusalKind::kCancelled, Terminal::kCancelled, Reason::kCancelled},
 };
 
 const RefusalRow& RowFor(RefusalKind kind) {
@@ -52,13 +43,7 @@ const RefusalRow& RowFor(RefusalKind kind) {
 
 router::Outcome RefusalOutcome(const Refusal& refusal) {
   const RefusalRow& row = RowFor(refusal.kind);
-  router::Outcome o;
-  o.terminal = row.terminal;
-  o.reason = row.reason;
-  o.status = row.status;
-  o.error_type = row.error_type;
-  o.message = refusal.message;
-  return o;
+  return router::RefusalOutcome(row.terminal, row.reason, refusal.message);
 }
 
 Refusal RefusalFor(const ClientError& error) {

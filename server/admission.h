@@ -61,8 +61,9 @@ struct Refusal {
   std::string param;    // the OpenAI error `param` (HTTP body), "" when none
 };
 
-// The one table: the journal terminal and reason, HTTP status and error
-// type of a refusal, with its message.
+// The one table of refusal kinds: the journal terminal and typed reason of
+// a refusal, with its message (its HTTP status, error type and gRPC code
+// come from server/status_table, like every outcome's).
 router::Outcome RefusalOutcome(const Refusal& refusal);
 
 // A validation error of server/openai_request as a refusal.

@@ -58,13 +58,13 @@ const char* NonFiniteTypedField(const narwhal::v1::GenerateRequest& r) {
 bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
                            narwhal::v1::GenerateRequest* out, DecodeError* error) {
   if (!bytes.Valid()) {
-    *error = {400, "malformed_message", "the call carried no request message",
+    *error = {router::Reason::kMalformedMessage, "the call carried no request message",
               /*too_large=*/false};
     return false;
   }
   const size_t size = bytes.Length();
   if (max_bytes >= 0 && size > static_cast<unsigned long long>(max_bytes)) {
-    *error = {413, "too_large",
+    *error = {router::Reason::kTooLarge,
               "request message of " + std::to_string(size) +
                   " bytes exceeds serving.max_request_bytes (" + std::to_string(max_bytes) +
                   " bytes)",
@@ -80,9 +80,8 @@ bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
   grpc::ProtoBufferReader wire_reader(&again);
   google::protobuf::UnknownFieldSet wire;
   const bool well_formed = wire_reader.status().ok() && wire.ParseFromZeroCopyStream(&wire_reader);
-  error->status = 400;
   error->too_large = false;
-  error->reason = "malformed_message";
+  error->reason = router::Reason::kMalformedMessage;
   error->message =
       well_formed ? "request message is not a valid narwhal.v1.GenerateRequest: a string field "
                     "is not valid UTF-8, a field has the wrong wire type, or it nests too deeply"

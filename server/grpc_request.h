@@ -4,14 +4,15 @@
 #ifndef NARWHAL_SERVER_GRPC_REQUEST_H_
 #define NARWHAL_SERVER_GRPC_REQUEST_H_
 
-#include <string>
-
 #include <google/protobuf/struct.pb.h>
 #include <grpcpp/support/byte_buffer.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engines/api.h"
 #include "narwhal/v1/inference.pb.h"
+#include "router/outcome.h"
 #include "server/openai_request.h"
 
 namespace narwhal::server {
@@ -20,8 +21,8 @@ namespace narwhal::server {
 // limit) or 400 (not a GenerateRequest), with the journal reason and the
 // client's message.
 struct DecodeError {
-  int status = 400;
-  std::string reason;
+  // kMalformedMessage or kTooLarge (statuses from server/status_table).
+  router::Reason reason = router::Reason::kMalformedMessage;
   std::string message;
   bool too_large = false;  // over the limit (the 413), else not decodable
 };

@@ -206,10 +206,11 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
 }  // namespace
 
 grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& request_id) {
-  const int code = GrpcCodeForStatus(outcome.status, outcome.terminal);
+  const EdgeStatus edge = StatusFor(outcome);
+  const int code = edge.grpc_code;
   narwhal::v1::ErrorInfo info;
-  info.set_http_status(outcome.status);
-  info.set_type(std::string(router::ErrorTypeName(outcome.error_type)));
+  info.set_http_status(edge.http_status);
+  info.set_type(std::string(ErrorTypeName(edge.error_type)));
   info.set_message(outcome.message);
   info.set_output_started(outcome.output_started);
   info.set_request_id(request_id);

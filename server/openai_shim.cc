@@ -34,7 +34,6 @@ namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using json = nlohmann::json;
-using router::ErrorType;
 
 // How long the accept loop rests when the process is out of descriptors.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(20);

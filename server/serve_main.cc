@@ -1,4 +1,8 @@
 // narwhal-serve: the router (SPEC §2).
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -10,11 +14,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <prometheus/counter.h>
-#include <prometheus/registry.h>
 
 #include "version/build_info.h"
 #include "engines/http/beast_engine_client.h"
@@ -34,8 +33,8 @@
 #include "router/startup_checks.h"
 #include "server/admin/admin_service.h"
 #include "server/config_loader.h"
-#include "server/engine_options.h"
 #include "server/embedded_fleet.h"
+#include "server/engine_options.h"
 #include "server/grpc_credentials.h"
 #include "server/grpc_health.h"
 #include "server/http/tls_context.h"
@@ -45,7 +44,9 @@
 #include "server/openai_shim.h"
 #include "server/process_metrics.h"
 #include "server/runtime_tuning.h"
+#include "server/status_table.h"
 #include "server/tls_files.h"
+#include "version/build_info.h"
 
 namespace narwhal::server {
 namespace {
@@ -300,8 +301,10 @@ int Serve(const Args& args) {
   engines::SyncEngineClient control_client(engine_client, loops.executor(0));
   router::EventBus events;
   router::Fleet fleet(settings, clock, &metrics, journal.get(), &events);
+  // The journal rows carry the statuses of the one status table.
+  const StatusTableJournal journal_status;
   router::Router router(settings, engine_client, fleet, clock, &metrics, journal.get(),
-                        std::random_device{}());
+                        std::random_device{}(), &journal_status);
   router.SetAccessLog(access_log.get());
 
   // Breaker probes, readmission and liveness sweeps (B17).

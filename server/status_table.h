@@ -1,21 +1,78 @@
-// The one status table (SPEC §4, §6): how an outcome leaves each front door.
+// The one status table (SPEC §4, §5, §6): how an outcome leaves each edge.
 //
-// The router decides every outcome's HTTP status and error type; this file
-// renders them: the OpenAI error body and the terminal SSE event for HTTP,
-// the gRPC status code for gRPC. No other file maps statuses.
+// The router reports what happened (router::Outcome: terminal, reason,
+// phase, output_started, the engine's own status as data); one table here
+// maps reason × phase × output_started to the HTTP status and OpenAI error
+// type, the gRPC code and ErrorInfo, Retry-After and the journal `status`.
+// No other file chooses a status for an outcome, and no HTTP or gRPC number
+// appears below server/.
+//
+// The journal is written in router/: the server hands the router a
+// StatusTableJournal (a router::JournalStatus reading this table) at
+// construction, so the row carries the status the client saw.
 #ifndef NARWHAL_SERVER_STATUS_TABLE_H_
 #define NARWHAL_SERVER_STATUS_TABLE_H_
 
-#include <string>
-
+#include <cstddef>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
 
+#include "engines/engine_failure.h"
 #include "router/outcome.h"
 
 namespace narwhal::server {
 
+// OpenAI error `type` (SPEC §4).
+enum class ErrorType {
+  kNone,
+  kInvalidRequest,      // invalid_request_error (400/404/413, engine 4xx)
+  kRateLimit,           // rate_limit_error (429)
+  kBackendUnavailable,  // backend_unavailable (503)
+  kPrefill,             // prefill (engine fault in the prefill leg)
+  kDecode,              // decode (engine fault in the decode leg)
+  kRequestExpired,      // request_expired (deadline)
+  kHandoffExpired,      // handoff_expired (B7)
+  kUnauthorized,        // authentication_error (401, missing/wrong API key)
+  kInternal,            // internal_error (500)
+};
+std::string_view ErrorTypeName(ErrorType t);  // kNone -> ""
+
+// How one outcome leaves the front doors.
+struct EdgeStatus {
+  // The HTTP response status; after commit (output started) the `code` of
+  // the terminal stream event.
+  int http_status = 200;
+  ErrorType error_type = ErrorType::kNone;
+  int grpc_code = 0;         // google.rpc.Code
+  bool retry_after = false;  // `Retry-After: 1` (429 and 503)
+  // The journal `status`: absent when no status reached the client (a
+  // client that went away before any output).
+  std::optional<int> journal_status;
+};
+
+// The table's answer for `outcome`.
+EdgeStatus StatusFor(const router::Outcome& outcome);
+// The status a failed engine leg would give its client before any output
+// (journal attempt_failures[].status, the Python binding's `status`).
+int FailureStatus(const engines::EngineFailure& failure);
+
+// For the table test: the number of rows, and the row `outcome` takes
+// (StatusTableRows() when none matches and the 502 fallback applies).
+size_t StatusTableRows();
+size_t StatusTableRowOf(const router::Outcome& outcome);
+
+// The journal's view of the table (injected into the router).
+class StatusTableJournal final : public router::JournalStatus {
+ public:
+  nlohmann::json Status(const router::Outcome& outcome) const override;
+  nlohmann::json ErrorTypeOf(const router::Outcome& outcome) const override;
+  int AttemptStatus(const engines::EngineFailure& failure) const override;
+};
+
 // {"error": {"message", "type", "param", "code": status}} (SPEC §4).
-nlohmann::json OpenAiErrorBody(int status, router::ErrorType type, const std::string& message,
+nlohmann::json OpenAiErrorBody(int status, ErrorType type, const std::string& message,
                                const std::string& param = "");
 nlohmann::json OpenAiErrorBody(const router::Outcome& outcome);
 

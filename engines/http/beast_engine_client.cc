@@ -56,15 +56,15 @@ std::string FormatSeconds(double s) {
 auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
 EngineFailure Cancelled(Phase phase, const std::string& iid) {
-  return MakeFailure(phase, iid, FailureReason::kCancelled, BreakerClass::kNone, 499,
-                     "client went away", false);
+  return MakeFailure(phase, iid, FailureReason::kCancelled, BreakerClass::kNone,
+                     FailureCause::kNone, "client went away", false);
 }
 
 EngineFailure DeadlineExpired(Phase phase, const std::string& iid) {
-  return MakeFailure(phase, iid, FailureReason::kDeadline, BreakerClass::kNone, 504,
-                     std::string("request deadline passed during the ") +
-                         std::string(PhaseName(phase)) + " leg",
-                     false);
+  return MakeFailure(
+      phase, iid, FailureReason::kDeadline, BreakerClass::kNone, FailureCause::kNone,
+      std::string("request deadline passed during the ") + std::string(PhaseName(phase)) + " leg",
+      false);
 }
 
 // The cause of a transport error in plain words.
@@ -307,21 +307,21 @@ EngineFailure TransportFailure(Phase phase, const EngineTarget& target, const er
                                bool connected, const std::string& key) {
   if (!connected) {
     return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
-                       BreakerClass::kConnection, 502,
+                       BreakerClass::kConnection, FailureCause::kConnectFailed,
                        "engine unreachable: connect to " + key + " failed: " + Cause(ec), true);
   }
   return MakeFailure(phase, target.iid, FailureReason::kEngineConnection, BreakerClass::kTimeout,
-                     502, "connection to engine lost before a response (" + key + "): " + Cause(ec),
+                     FailureCause::kConnectionLost,
+                     "connection to engine lost before a response (" + key + "): " + Cause(ec),
                      true);
 }
 
 EngineFailure ConnectTimeout(Phase phase, const EngineTarget& target, const std::string& key,
                              double seconds) {
-  return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
-                     BreakerClass::kConnection, 504,
-                     "engine unreachable: connect to " + key + " timed out after " +
-                         FormatSeconds(seconds),
-                     true);
+  return MakeFailure(
+      phase, target.iid, FailureReason::kEngineUnreachable, BreakerClass::kConnection,
+      FailureCause::kConnectTimeout,
+      "engine unreachable: connect to " + key + " timed out after " + FormatSeconds(seconds), true);
 }
 
 }  // namespace
@@ -334,7 +334,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   int port = 0;
   if (!ParseEngineUrl(producer.url, &host, &port)) {
     out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kEngineUnreachable,
-                              BreakerClass::kConnection, 502,
+                              BreakerClass::kConnection, FailureCause::kBadUrl,
                               "engine unreachable: bad engine url " + producer.url, false);
     co_return out;
   }
@@ -346,10 +346,10 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   auto leg_timeout = [&] {
     return deadline_is_request
                ? DeadlineExpired(kPhase, producer.iid)
-               : MakeFailure(kPhase, producer.iid, FailureReason::kEngineTimeout,
-                             BreakerClass::kTimeout, 504,
-                             "prefill timed out after " + FormatSeconds(Seconds(deadline - started)),
-                             true);
+               : MakeFailure(
+                     kPhase, producer.iid, FailureReason::kEngineTimeout, BreakerClass::kTimeout,
+                     FailureCause::kLegTimeout,
+                     "prefill timed out after " + FormatSeconds(Seconds(deadline - started)), true);
   };
   if (options.cancel != nullptr && options.cancel->cancelled()) {
     out.failure = Cancelled(kPhase, producer.iid);
@@ -404,7 +404,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     }
     if (ec == http::error::body_limit) {
       out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
-                                BreakerClass::kKvHandoff, 502,
+                                BreakerClass::kKvHandoff, FailureCause::kNoHandoff,
                                 "no handoff: prefill response exceeds " +
                                     std::to_string(options_.max_response_bytes) + " bytes",
                                 false);
@@ -413,15 +413,17 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     if (std::string bound = ResponseBoundError(ec, parser, options_, "prefill response");
         !bound.empty()) {
       out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
-                                BreakerClass::kInferenceStatus, 502, std::move(bound), false);
+                                BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
+                                std::move(bound), false);
       co_return out;
     }
     if (ec) {
       out.failure = parser.is_header_done()
                         ? MakeFailure(kPhase, producer.iid, FailureReason::kEngineConnection,
-                                      BreakerClass::kTimeout, 502,
+                                      BreakerClass::kTimeout, FailureCause::kConnectionLost,
                                       "connection to engine lost while reading the prefill "
-                                      "response: " + Cause(ec),
+                                      "response: " +
+                                          Cause(ec),
                                       true)
                         : TransportFailure(kPhase, producer, ec, true, leg.key());
       co_return out;
@@ -444,7 +446,8 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
       }
       if (!descriptor) {
         out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
-                                  BreakerClass::kKvHandoff, 502, "no handoff: " + why, false);
+                                  BreakerClass::kKvHandoff, FailureCause::kNoHandoff,
+                                  "no handoff: " + why, false);
       } else {
         ProducerIdentity identity{producer.kv_engine_id, ""};
         int port = 0;
@@ -473,7 +476,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   // mistake, not evidence against any engine.
   if (!handoff.Claim()) {
     EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                                  BreakerClass::kNone, 502,
+                                  BreakerClass::kNone, FailureCause::kInvalidContinuation,
                                   "invalid continuation: the handoff was already used by a "
                                   "decode (a handoff is single use)",
                                   false);
@@ -486,7 +489,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                                      options_.remote_host_policy);
       !why.ok()) {
     EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                                  BreakerClass::kKvHandoff, 502,
+                                  BreakerClass::kKvHandoff, FailureCause::kInvalidContinuation,
                                   "invalid continuation: " + why.detail, false);
     f.evidence_iid = handoff.producer_iid();
     f.handoff_rejection = std::move(why.reason);
@@ -497,7 +500,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   int port = 0;
   if (!ParseEngineUrl(consumer.url, &host, &port)) {
     out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineUnreachable,
-                              BreakerClass::kConnection, 502,
+                              BreakerClass::kConnection, FailureCause::kBadUrl,
                               "engine unreachable: bad engine url " + consumer.url, false);
     co_return out;
   }
@@ -672,13 +675,14 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     out.failure = Cancelled(kPhase, consumer.iid);
   } else if (done) {
     out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
-                              BreakerClass::kStream, 502,
+                              BreakerClass::kStream, FailureCause::kEarlyDone,
                               "stream ended with [DONE] before any token arrived", true);
   } else if (stream_error) {
     out.failure = std::move(stream_error);
   } else if (!choice_bound.empty()) {
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                              BreakerClass::kStream, 502, std::move(choice_bound), false);
+    out.failure =
+        MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse, BreakerClass::kStream,
+                    FailureCause::kResponseBound, std::move(choice_bound), false);
   } else if (timed_out) {
     if (fired == LegBound::kConnect) {
       out.failure = ConnectTimeout(kPhase, consumer, leg.key(), options_.connect_timeout_s);
@@ -693,15 +697,15 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
       // is busy rather than broken (overload).
       out.failure = MakeFailure(
           kPhase, consumer.iid, FailureReason::kEngineTimeout,
-          metadata_frames == 0 ? BreakerClass::kStream : BreakerClass::kOverload, 504,
+          metadata_frames == 0 ? BreakerClass::kStream : BreakerClass::kOverload,
+          FailureCause::kFirstTokenTimeout,
           "no first token within " + FormatSeconds(options_.first_token_timeout_s) + ": " + what,
           true);
     } else {
       out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineTimeout,
-                                BreakerClass::kStream, 504,
+                                BreakerClass::kStream, FailureCause::kReadTimeout,
                                 "engine went silent between tokens: nothing arrived within the " +
-                                    FormatSeconds(options_.decode_read_timeout_s) +
-                                    " read timeout",
+                                    FormatSeconds(options_.decode_read_timeout_s) + " read timeout",
                                 true);
     }
   } else if (status != 0 && status != 200) {
@@ -711,17 +715,18 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
              !bound.empty()) {
     // The header block, or after a 200 a chunk header or the trailer.
     out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                              BreakerClass::kInferenceStatus, 502, std::move(bound), false);
+                              BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
+                              std::move(bound), false);
   } else if (status == 0) {
     out.failure = TransportFailure(kPhase, consumer, ec, connected, leg.key());
   } else if (!sse.error().empty()) {
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
-                              BreakerClass::kStream, 502, "malformed stream: " + sse.error(),
-                              true);
+    out.failure =
+        MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError, BreakerClass::kStream,
+                    FailureCause::kMalformedStream, "malformed stream: " + sse.error(), true);
   } else {
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
-                              BreakerClass::kStream, 502,
-                              "stream ended before the [DONE] terminator", true);
+    out.failure =
+        MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError, BreakerClass::kStream,
+                    FailureCause::kUnterminated, "stream ended before the [DONE] terminator", true);
   }
   // Nobody took the handoff when the request never reached the consumer, or
   // the consumer refused it with an error status before streaming (before

@@ -17,8 +17,8 @@
 // What a leg reads is bounded (HttpEngineClientOptions): header bytes and
 // fields (chunked trailers included), unparsed framing in the read buffer,
 // prefill and control bodies, SSE events, choices per decode chunk; past a
-// bound the leg fails (502, the detail names the bound) and the rest of the
-// response is never read.
+// bound the leg fails (kResponseBound, the detail names the bound) and the
+// rest of the response is never read.
 //
 // Thread-safe: any number of legs on any loops.
 #ifndef NARWHAL_ENGINES_HTTP_BEAST_ENGINE_CLIENT_H_

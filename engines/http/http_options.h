@@ -18,7 +18,8 @@ struct HttpEngineClientOptions {
   RemoteHostPolicy remote_host_policy = RemoteHostPolicy::kPass;
   std::string api_key;  // Bearer token sent to engines; empty = none
   // Bounds on what is read from an engine; each one, exceeded, fails the leg
-  // (502) with a detail naming it, before the rest of the response is read.
+  // (kResponseBound) with a detail naming it, before the rest of the response
+  // is read.
   // Largest non-streaming engine response body read (prefill and control
   // responses; Beast's body_limit, checked against Content-Length up front).
   size_t max_response_bytes = 16 * 1024 * 1024;

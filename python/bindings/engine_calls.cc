@@ -36,7 +36,7 @@ std::string VerdictText(const Verdict& verdict) {
 EngineFailure InternalFailure(engines::Phase phase, const std::string& iid,
                               const std::string& what) {
   return engines::MakeFailure(phase, iid, engines::FailureReason::kEngineError,
-                              engines::BreakerClass::kNone, 502,
+                              engines::BreakerClass::kNone, engines::FailureCause::kNone,
                               "internal error in the engine adapter: " + what, false);
 }
 
@@ -222,7 +222,8 @@ std::shared_ptr<DecodeCall> ClientCore::StartDecode(std::shared_ptr<const Handof
   if (!why.empty()) {
     EngineFailure f = engines::MakeFailure(
         engines::Phase::kDecode, target_.iid, engines::FailureReason::kInvalidResponse,
-        engines::BreakerClass::kKvHandoff, 502, "invalid continuation: " + why, false);
+        engines::BreakerClass::kKvHandoff, engines::FailureCause::kInvalidContinuation,
+        "invalid continuation: " + why, false);
     f.evidence_iid = call->handoff_->result.producer_iid();
     call->rejection_ = f;
     std::lock_guard<std::mutex> lock(call->mu_);
@@ -330,10 +331,10 @@ void DecodeCall::WakeLoop() {
 void DecodeCall::Finish(engines::DecodeOutcome outcome) {
   std::optional<EngineFailure> failure = std::move(outcome.failure);
   if (!assembly_error_.empty()) {
-    failure = engines::MakeFailure(engines::Phase::kDecode, client_->target().iid,
-                                   engines::FailureReason::kInvalidResponse,
-                                   engines::BreakerClass::kNone, 502,
-                                   "unassemblable decode response: " + assembly_error_, false);
+    failure = engines::MakeFailure(
+        engines::Phase::kDecode, client_->target().iid, engines::FailureReason::kInvalidResponse,
+        engines::BreakerClass::kNone, engines::FailureCause::kUnassemblable,
+        "unassemblable decode response: " + assembly_error_, false);
   }
   std::string response;
   if (!failure && !stream_) response = assembler_.Build().dump();

@@ -20,6 +20,7 @@
 #include "engines/engine_failure.h"
 #include "python/bindings/engine_calls.h"
 #include "python/bindings/waker.h"
+#include "server/status_table.h"
 
 namespace narwhal::python {
 namespace {
@@ -64,7 +65,7 @@ double CheckSeconds(const char* name, double value, bool zero_ok) {
 py::dict FailureDict(const engines::EngineFailure& f) {
   py::dict d;
   d["phase"] = std::string(engines::PhaseName(f.phase));
-  d["status"] = f.status;
+  d["status"] = server::FailureStatus(f);  // the one status table
   d["reason"] = std::string(engines::FailureReasonName(f.reason));
   d["detail"] = f.detail;
   d["transient"] = f.transient;

@@ -67,13 +67,8 @@ bool IsHttpSyntaxError(const error_code& ec) {
 }
 
 router::Outcome MissingOutcome() {
-  router::Outcome o;
-  o.terminal = router::Terminal::kFailed;
-  o.reason = "internal";
-  o.status = 500;
-  o.error_type = router::ErrorType::kInternal;
-  o.message = "the request ended without an outcome";
-  return o;
+  return router::RefusalOutcome(router::Terminal::kFailed, router::Reason::kInternal,
+                                "the request ended without an outcome");
 }
 
 // Counts a generation response as in progress for the graceful drain.

@@ -22,7 +22,7 @@ HttpResponse JsonResponse(int status, const nlohmann::json& body) {
   return res;
 }
 
-HttpResponse ErrorResponse(int status, router::ErrorType type, const std::string& message,
+HttpResponse ErrorResponse(int status, ErrorType type, const std::string& message,
                            const std::string& param) {
   HttpResponse res = JsonResponse(status, OpenAiErrorBody(status, type, message, param));
   if (status == 429 || status == 503) res.set(http::field::retry_after, "1");
@@ -30,7 +30,11 @@ HttpResponse ErrorResponse(int status, router::ErrorType type, const std::string
 }
 
 HttpResponse ErrorResponse(const router::Outcome& outcome, const std::string& param) {
-  return ErrorResponse(outcome.status, outcome.error_type, outcome.message, param);
+  const EdgeStatus edge = StatusFor(outcome);
+  HttpResponse res = JsonResponse(
+      edge.http_status, OpenAiErrorBody(edge.http_status, edge.error_type, outcome.message, param));
+  if (edge.retry_after) res.set(http::field::retry_after, "1");
+  return res;
 }
 
 HttpResponse OutcomeResponse(const router::Outcome& outcome) {

@@ -7,13 +7,13 @@
 #ifndef NARWHAL_SERVER_HTTP_RESPONSES_H_
 #define NARWHAL_SERVER_HTTP_RESPONSES_H_
 
-#include <string>
-
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "router/outcome.h"
+#include "server/status_table.h"
 
 namespace narwhal::server {
 
@@ -22,7 +22,7 @@ using HttpResponse = boost::beast::http::response<boost::beast::http::string_bod
 HttpResponse JsonResponse(int status, const nlohmann::json& body);
 
 // {"error": {...}} with `Retry-After: 1` on 429 and 503.
-HttpResponse ErrorResponse(int status, router::ErrorType type, const std::string& message,
+HttpResponse ErrorResponse(int status, ErrorType type, const std::string& message,
                            const std::string& param = "");
 HttpResponse ErrorResponse(const router::Outcome& outcome, const std::string& param = "");
 

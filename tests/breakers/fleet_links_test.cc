@@ -77,7 +77,8 @@ class FleetLinksTest : public ::testing::Test {
     f.breaker_class = BreakerClass::kInferenceStatus;
     f.iid = consumer;
     f.evidence_iid = consumer;
-    f.status = 500;
+    f.cause = engines::FailureCause::kStreamError;
+    f.engine_status = 500;
     f.detail = "engine error 500: KV pull failed";
     fleet_->RecordFailure(f, producer);
     clock_.Advance(0.1);

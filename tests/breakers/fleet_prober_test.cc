@@ -83,7 +83,7 @@ class FleetProberTest : public ::testing::Test {
       f.breaker_class = cls;
       f.iid = iid;
       f.evidence_iid = iid;
-      f.status = 504;
+      f.cause = engines::FailureCause::kFirstTokenTimeout;
       f.detail = "no first token within 0.75s: no frames at all";
       fleet_->RecordFailure(f, producer);
     }
@@ -99,7 +99,7 @@ class FleetProberTest : public ::testing::Test {
       f.breaker_class = BreakerClass::kKvHandoff;
       f.iid = consumer;
       f.evidence_iid = producer;
-      f.status = 502;
+      f.cause = engines::FailureCause::kInvalidContinuation;
       f.detail = "invalid continuation: remote_engine_id missing";
       fleet_->RecordFailure(f, producer);
     }
@@ -385,8 +385,9 @@ TEST_F(FleetProberTest, PrefillSideHoldIsProbedByProducingOnTheHeldEngine) {
 TEST_F(FleetProberTest, PrefillSideProbeFailsWhenTheHeldEngineCannotProduce) {
   Build();
   FailContinuation("p0", "d1", 3);
-  engines_->SetPrefill("p0", {Failure(FailureReason::kInvalidResponse, BreakerClass::kKvHandoff,
-                                      502, "no handoff: kv_transfer_params is null")});
+  engines_->SetPrefill(
+      "p0", {Failure(FailureReason::kInvalidResponse, BreakerClass::kKvHandoff,
+                     engines::FailureCause::kNoHandoff, "no handoff: kv_transfer_params is null")});
   prober_->Run(TakeOne("p0", ProbeKind::kInference));
   EXPECT_TRUE(engines_->calls("decode").empty());
   EXPECT_EQ(State("p0"), PlacementState::kEjected);

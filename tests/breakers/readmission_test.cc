@@ -61,7 +61,6 @@ class ReadmissionTest : public ::testing::Test {
       f.reason = engines::FailureReason::kInvalidResponse;
       f.breaker_class = BreakerClass::kStream;
       f.iid = f.evidence_iid = iid;
-      f.status = 502;
       f.detail = "stream ended before the [DONE] terminator";
       fleet_->RecordFailure(f, "p0");
     }

@@ -54,18 +54,18 @@ class ManualClock : public testing::FakeClock {
 
 // A failure as the adapter reports it (phase/iid/evidence filled in later).
 inline engines::EngineFailure Failure(engines::FailureReason reason, engines::BreakerClass cls,
-                                      int status, std::string detail) {
+                                      engines::FailureCause cause, std::string detail) {
   engines::EngineFailure f;
   f.reason = reason;
   f.breaker_class = cls;
-  f.status = status;
+  f.cause = cause;
   f.detail = std::move(detail);
   f.transient = true;
   return f;
 }
 inline engines::EngineFailure Refused() {
   return Failure(engines::FailureReason::kEngineUnreachable, engines::BreakerClass::kConnection,
-                 502, "engine unreachable: connection refused");
+                 engines::FailureCause::kConnectFailed, "engine unreachable: connection refused");
 }
 
 inline std::string TokenChunk(const std::string& text) {
@@ -173,9 +173,9 @@ class ScriptedEngines : public engines::EngineClient {
     engines::DecodeOutcome out;
     if (std::find(s.reject_handoffs_from.begin(), s.reject_handoffs_from.end(),
                   handoff.producer_iid()) != s.reject_handoffs_from.end()) {
-      engines::EngineFailure f =
-          Failure(engines::FailureReason::kInvalidResponse, engines::BreakerClass::kKvHandoff, 502,
-                  "invalid continuation: connector mismatch");
+      engines::EngineFailure f = Failure(
+          engines::FailureReason::kInvalidResponse, engines::BreakerClass::kKvHandoff,
+          engines::FailureCause::kInvalidContinuation, "invalid continuation: connector mismatch");
       f.phase = engines::Phase::kDecode;
       f.iid = consumer.iid;
       f.evidence_iid = handoff.producer_iid();
@@ -188,7 +188,8 @@ class ScriptedEngines : public engines::EngineClient {
     if (s.silent) {
       if (manual_ != nullptr) manual_->Advance(first_token_timeout_s_);
       out.failure =
-          Fill(Failure(engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream, 504,
+          Fill(Failure(engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream,
+                       engines::FailureCause::kFirstTokenTimeout,
                        "no first token within 0.75s: no frames at all"),
                engines::Phase::kDecode, consumer.iid);
       return out;
@@ -200,7 +201,8 @@ class ScriptedEngines : public engines::EngineClient {
       if (event.kind == engines::EventKind::kDone) {
         if (token) return out;
         out.failure =
-            Fill(Failure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream, 502,
+            Fill(Failure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream,
+                         engines::FailureCause::kEarlyDone,
                          "stream ended with [DONE] before any token arrived"),
                  engines::Phase::kDecode, consumer.iid);
         return out;
@@ -213,16 +215,17 @@ class ScriptedEngines : public engines::EngineClient {
       }
       if (event.kind == engines::EventKind::kToken) token = true;
       if (!observer.OnEvent(payload, event)) {
-        out.failure = Failure(engines::FailureReason::kCancelled, engines::BreakerClass::kNone, 499,
-                              "client went away");
+        out.failure = Failure(engines::FailureReason::kCancelled, engines::BreakerClass::kNone,
+                              engines::FailureCause::kNone, "client went away");
         out.failure->phase = engines::Phase::kDecode;
         out.failure->iid = consumer.iid;
         return out;
       }
     }
-    out.failure = Fill(Failure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream,
-                               502, "stream ended before the [DONE] terminator"),
-                       engines::Phase::kDecode, consumer.iid);
+    out.failure = Fill(
+        Failure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream,
+                engines::FailureCause::kUnterminated, "stream ended before the [DONE] terminator"),
+        engines::Phase::kDecode, consumer.iid);
     return out;
   }
 

@@ -9,22 +9,12 @@
 // the adapter observed it -> let the adapter's loop settle -> advance fake
 // time -> check whether the leg failed. Nothing here waits on the real clock
 // except the safety bounds, which only a broken adapter reaches.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <condition_variable>
-#include <functional>
-#include <future>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <ostream>
-#include <string>
-#include <vector>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -37,9 +27,18 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
@@ -50,6 +49,7 @@
 #include "engines/io_loops.h"
 #include "engines/prefill_result.h"
 #include "engines/stream_event.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 
 namespace narwhal::engines {
@@ -61,6 +61,8 @@ void PrintTo(BreakerClass c, std::ostream* os) { *os << BreakerClassName(c); }
 void PrintTo(EventKind k, std::ostream* os) { *os << EventKindName(k); }
 
 namespace {
+
+namespace nt = ::narwhal::testing;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -519,7 +521,7 @@ void ExpectFirstTokenTimeout(const std::optional<EngineFailure>& failure,
   ASSERT_TRUE(failure.has_value());
   const EngineFailure& f = *failure;
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, cls);
   EXPECT_EQ(f.evidence_iid, "d0");
@@ -532,7 +534,7 @@ void ExpectReadTimeout(const std::optional<EngineFailure>& failure) {
   ASSERT_TRUE(failure.has_value());
   const EngineFailure& f = *failure;
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, BreakerClass::kStream);
   EXPECT_EQ(f.evidence_iid, "d0");
@@ -545,7 +547,7 @@ void ExpectDeadline(const std::optional<EngineFailure>& failure, Phase phase) {
   ASSERT_TRUE(failure.has_value());
   const EngineFailure& f = *failure;
   EXPECT_EQ(f.phase, phase);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kDeadline);
   EXPECT_EQ(f.breaker_class, BreakerClass::kNone);
   EXPECT_EQ(f.evidence_iid, "");
@@ -558,7 +560,7 @@ void ExpectCancelled(const std::optional<EngineFailure>& failure, Phase phase) {
   ASSERT_TRUE(failure.has_value());
   const EngineFailure& f = *failure;
   EXPECT_EQ(f.phase, phase);
-  EXPECT_EQ(f.status, 499);
+  EXPECT_EQ(nt::HttpStatus(f), 499);
   EXPECT_EQ(f.reason, FailureReason::kCancelled);
   EXPECT_EQ(f.breaker_class, BreakerClass::kNone);
   EXPECT_EQ(f.evidence_iid, "");
@@ -791,7 +793,7 @@ TEST_F(BeastEngineClientFakeTimeTest, Prefill_LegBoundExpiresAsAnEngineTimeout) 
   ASSERT_TRUE(failure.has_value());
   const EngineFailure& f = *failure;
   EXPECT_EQ(f.phase, Phase::kPrefill);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, BreakerClass::kTimeout);
   EXPECT_EQ(f.evidence_iid, "p0");

@@ -8,26 +8,25 @@
 // fast; every wait is bounded and every timing bound is generous.
 #include "engines/http/beast_engine_client.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
@@ -35,14 +34,17 @@
 #include "engines/engine_failure.h"
 #include "engines/http/connection_pool.h"
 #include "engines/io_loops.h"
-#include "engines/sync_engine_client.h"
 #include "engines/prefill_result.h"
 #include "engines/stream_event.h"
+#include "engines/sync_engine_client.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/sim_process.h"
 
 namespace narwhal::engines {
 namespace {
+
+namespace nt = ::narwhal::testing;
 
 using json = nlohmann::json;
 using ::narwhal::testing::SimProcess;
@@ -352,7 +354,7 @@ TEST_F(BeastEngineClientTest, B2_NoDescriptorIsPrefillFailure) {
   ASSERT_FALSE(out.ok());
   const EngineFailure& f = *out.failure;
   EXPECT_EQ(f.phase, Phase::kPrefill);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.reason, FailureReason::kInvalidResponse);
   EXPECT_EQ(f.breaker_class, BreakerClass::kKvHandoff);
   EXPECT_EQ(f.evidence_iid, "p0");
@@ -374,7 +376,7 @@ TEST_F(BeastEngineClientTest, B3_DescriptorWithoutEngineIdRejectedBeforeDecode) 
   ASSERT_FALSE(out.ok());
   const EngineFailure& f = *out.failure;
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.reason, FailureReason::kInvalidResponse);
   EXPECT_EQ(f.breaker_class, BreakerClass::kKvHandoff);
   EXPECT_EQ(f.evidence_iid, "p0") << "evidence counts against the producer";
@@ -398,7 +400,7 @@ TEST_F(BeastEngineClientTest, B3_MalformedBlockIdsRejectedBeforeDecode) {
     DecodeOutcome out = client.Decode(d0_, handoff, ChatBody(), true, Leg("rid-d-4"), rec);
     ASSERT_FALSE(out.ok());
     EXPECT_EQ(out.failure->phase, Phase::kDecode);
-    EXPECT_EQ(out.failure->status, 502);
+    EXPECT_EQ(nt::HttpStatus(*out.failure), 502);
     EXPECT_EQ(out.failure->breaker_class, BreakerClass::kKvHandoff);
     EXPECT_EQ(out.failure->evidence_iid, "p0");
     EXPECT_THAT(out.failure->detail, StartsWith("invalid continuation: "));
@@ -418,7 +420,7 @@ TEST_F(BeastEngineClientTest, B3_ConnectorMismatch) {
   Recorder rec;
   DecodeOutcome out = consumer_side.Decode(d0_, handoff, ChatBody(), true, Leg("rid-d-5"), rec);
   ASSERT_FALSE(out.ok());
-  EXPECT_EQ(out.failure->status, 502);
+  EXPECT_EQ(nt::HttpStatus(*out.failure), 502);
   EXPECT_EQ(out.failure->breaker_class, BreakerClass::kKvHandoff);
   EXPECT_EQ(out.failure->evidence_iid, "p0");
   EXPECT_THAT(out.failure->detail, StartsWith("invalid continuation: "));
@@ -442,7 +444,7 @@ TEST_F(BeastEngineClientTest, HandoffFeedsOneDecodeOnly) {
   out = client.Decode(d0_, copy, ChatBody(), true, Leg("rid-d-twice"), again);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.failure->handoff_rejection, "reused_handoff");
-  EXPECT_EQ(out.failure->status, 502);
+  EXPECT_EQ(nt::HttpStatus(*out.failure), 502);
   EXPECT_EQ(out.failure->phase, Phase::kDecode);
   EXPECT_EQ(out.failure->breaker_class, BreakerClass::kNone) << "no engine is at fault";
   EXPECT_THAT(out.failure->detail, StartsWith("invalid continuation: "));
@@ -612,7 +614,7 @@ TEST_F(BeastEngineClientTest, B10_EngineStatus503Is502) {
   PrefillOutcome prefill = client.Prefill(p0_, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(prefill.ok());
   EXPECT_EQ(prefill.failure->phase, Phase::kPrefill);
-  EXPECT_EQ(prefill.failure->status, 502);
+  EXPECT_EQ(nt::HttpStatus(*prefill.failure), 502);
   EXPECT_EQ(prefill.failure->engine_status, 503);
   EXPECT_EQ(prefill.failure->reason, FailureReason::kEngineError);
   EXPECT_EQ(prefill.failure->breaker_class, BreakerClass::kInferenceStatus);
@@ -624,7 +626,7 @@ TEST_F(BeastEngineClientTest, B10_EngineStatus503Is502) {
   const EngineFailure f = DecodeFailure(
       client, R"({"faults":[{"kind":"http_status","status":503,"message":"queue is full"}]})", rec);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.engine_status, 503);
   EXPECT_EQ(f.breaker_class, BreakerClass::kInferenceStatus);
   EXPECT_EQ(f.evidence_iid, "d0");
@@ -637,7 +639,7 @@ TEST_F(BeastEngineClientTest, B10_Engine408Is504) {
   SetFaults(*producer_, R"({"faults":[{"kind":"http_status","status":408}]})");
   PrefillOutcome prefill = client.Prefill(p0_, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(prefill.ok());
-  EXPECT_EQ(prefill.failure->status, 504);
+  EXPECT_EQ(nt::HttpStatus(*prefill.failure), 504);
   EXPECT_EQ(prefill.failure->engine_status, 408);
   EXPECT_EQ(prefill.failure->reason, FailureReason::kEngineOverloaded);
   EXPECT_EQ(prefill.failure->breaker_class, BreakerClass::kOverload);
@@ -648,7 +650,7 @@ TEST_F(BeastEngineClientTest, B10_Engine408Is504) {
   const EngineFailure f =
       DecodeFailure(client, R"({"faults":[{"kind":"http_status","status":408}]})", rec);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.breaker_class, BreakerClass::kOverload);
 }
 
@@ -658,7 +660,7 @@ TEST_F(BeastEngineClientTest, B10_Engine4xxKeepsItsStatusAndMessage) {
                         R"("message":"This model's maximum context length is 32768 tokens"}]})");
   PrefillOutcome prefill = client.Prefill(p0_, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(prefill.ok());
-  EXPECT_EQ(prefill.failure->status, 400);
+  EXPECT_EQ(nt::HttpStatus(*prefill.failure), 400);
   EXPECT_EQ(prefill.failure->reason, FailureReason::kEngineRejected);
   EXPECT_EQ(prefill.failure->breaker_class, BreakerClass::kNone);
   EXPECT_EQ(prefill.failure->evidence_iid, "");
@@ -675,7 +677,7 @@ TEST_F(BeastEngineClientTest, B10_ConnectionRefused) {
   PrefillOutcome prefill = client.Prefill(dead, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(prefill.ok());
   EXPECT_EQ(prefill.failure->phase, Phase::kPrefill);
-  EXPECT_EQ(prefill.failure->status, 502);
+  EXPECT_EQ(nt::HttpStatus(*prefill.failure), 502);
   EXPECT_EQ(prefill.failure->reason, FailureReason::kEngineUnreachable);
   EXPECT_EQ(prefill.failure->breaker_class, BreakerClass::kConnection);
   EXPECT_EQ(prefill.failure->evidence_iid, "x9");
@@ -687,7 +689,7 @@ TEST_F(BeastEngineClientTest, B10_ConnectionRefused) {
   DecodeOutcome decode = client.Decode(dead, handoff, ChatBody(), true, Leg("r2"), rec);
   ASSERT_FALSE(decode.ok());
   EXPECT_EQ(decode.failure->phase, Phase::kDecode);
-  EXPECT_EQ(decode.failure->status, 502);
+  EXPECT_EQ(nt::HttpStatus(*decode.failure), 502);
   EXPECT_EQ(decode.failure->breaker_class, BreakerClass::kConnection);
   EXPECT_EQ(decode.failure->evidence_iid, "x9");
   EXPECT_THAT(decode.failure->detail, StartsWith("engine unreachable"));
@@ -698,7 +700,7 @@ TEST_F(BeastEngineClientTest, B10_DropConnection) {
   SetFaults(*producer_, R"({"faults":[{"kind":"drop_connection"}]})");
   PrefillOutcome prefill = client.Prefill(p0_, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(prefill.ok());
-  EXPECT_EQ(prefill.failure->status, 502);
+  EXPECT_EQ(nt::HttpStatus(*prefill.failure), 502);
   EXPECT_EQ(prefill.failure->reason, FailureReason::kEngineConnection);
   EXPECT_EQ(prefill.failure->breaker_class, BreakerClass::kTimeout);
   EXPECT_EQ(prefill.failure->evidence_iid, "p0");
@@ -708,7 +710,7 @@ TEST_F(BeastEngineClientTest, B10_DropConnection) {
   Recorder rec;
   const EngineFailure f = DecodeFailure(client, R"({"faults":[{"kind":"drop_connection"}]})", rec);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.reason, FailureReason::kEngineConnection);
   EXPECT_EQ(f.breaker_class, BreakerClass::kTimeout);
   EXPECT_TRUE(f.transient);
@@ -725,7 +727,7 @@ TEST_F(BeastEngineClientTest, B10_PrefillTimeout) {
   ASSERT_FALSE(out.ok());
   const EngineFailure& f = *out.failure;
   EXPECT_EQ(f.phase, Phase::kPrefill);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, BreakerClass::kTimeout);
   EXPECT_EQ(f.evidence_iid, "p0");
@@ -747,7 +749,7 @@ TEST_F(BeastEngineClientTest, B10_PrefillRequestDeadlineIsNotEngineEvidence) {
   leg.leg_deadline = MonoClock::now() + 60s;
   PrefillOutcome out = client.Prefill(p0_, Api::kCompletions, CompletionBody(), leg);
   ASSERT_FALSE(out.ok());
-  EXPECT_EQ(out.failure->status, 504);
+  EXPECT_EQ(nt::HttpStatus(*out.failure), 504);
   EXPECT_EQ(out.failure->reason, FailureReason::kDeadline);
   EXPECT_EQ(out.failure->breaker_class, BreakerClass::kNone);
   EXPECT_EQ(out.failure->evidence_iid, "");
@@ -762,7 +764,7 @@ TEST_F(BeastEngineClientTest, B11_DoneBeforeToken) {
   const EngineFailure f =
       DecodeFailure(client, R"({"faults":[{"kind":"done_before_token"}]})", rec);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.reason, FailureReason::kEngineError);
   EXPECT_EQ(f.breaker_class, BreakerClass::kStream);
   EXPECT_EQ(f.evidence_iid, "d0");
@@ -776,7 +778,7 @@ TEST_F(BeastEngineClientTest, B11_CloseBeforeDone) {
   Recorder rec;
   const EngineFailure f =
       DecodeFailure(client, R"({"faults":[{"kind":"close_before_done","tokens":2}]})", rec);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.reason, FailureReason::kEngineError);
   EXPECT_EQ(f.breaker_class, BreakerClass::kStream);
   EXPECT_TRUE(f.transient);
@@ -793,7 +795,7 @@ TEST_F(BeastEngineClientTest, B11_ErrorObjectKeepsItsStatus) {
         R"({"faults":[{"kind":"error_in_stream","after_tokens":1,"code":503,"message":"engine overloaded"}]})",
         rec);
     EXPECT_EQ(f.phase, Phase::kDecode);
-    EXPECT_EQ(f.status, 503);
+    EXPECT_EQ(nt::HttpStatus(f), 503);
     EXPECT_EQ(f.engine_status, 503);
     EXPECT_EQ(f.breaker_class, BreakerClass::kInferenceStatus);
     EXPECT_TRUE(f.transient);
@@ -805,7 +807,7 @@ TEST_F(BeastEngineClientTest, B11_ErrorObjectKeepsItsStatus) {
     const EngineFailure f = DecodeFailure(
         client, R"({"faults":[{"kind":"error_in_stream","after_tokens":0,"code":"bad_gateway"}]})",
         rec);
-    EXPECT_EQ(f.status, 500) << "a non-integer code is a 500";
+    EXPECT_EQ(nt::HttpStatus(f), 500) << "a non-integer code is a 500";
     EXPECT_EQ(rec.tokens, 0);
   }
 }
@@ -820,7 +822,7 @@ TEST_F(BeastEngineClientTest, B12_SilentBeforeFirstToken) {
       DecodeFailure(client, R"({"faults":[{"kind":"silent_before_first_token"}]})", rec);
   const double elapsed = SecondsSince(start);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, BreakerClass::kStream);
   EXPECT_EQ(f.evidence_iid, "d0");
@@ -849,7 +851,7 @@ TEST_F(BeastEngineClientTest, B12_MetadataDoesNotStopFirstTokenClock) {
   const double elapsed = SecondsSince(start);
   ASSERT_FALSE(out.ok());
   const EngineFailure& f = *out.failure;
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, BreakerClass::kOverload) << "busy, not broken";
   EXPECT_THAT(f.detail, StartsWith("no first token within 0.5s: "));
@@ -872,7 +874,7 @@ TEST_F(BeastEngineClientTest, B12_DelayedHeadersConsumeBudget) {
   DecodeOutcome out = client.Decode(d0_, handoff, ChatBody(), true, Leg("rid-d-dh"), rec);
   const double elapsed = SecondsSince(start);
   ASSERT_FALSE(out.ok()) << "headers after 3 s cannot meet a 0.5 s first-token budget";
-  EXPECT_EQ(out.failure->status, 504);
+  EXPECT_EQ(nt::HttpStatus(*out.failure), 504);
   EXPECT_EQ(out.failure->breaker_class, BreakerClass::kStream);
   EXPECT_EQ(out.failure->detail, "no first token within 0.5s: no frames at all");
   EXPECT_LT(elapsed, 2.5) << "the budget ran while the headers were awaited";
@@ -898,7 +900,7 @@ TEST_F(BeastEngineClientTest, B13_SilenceAfterFirstToken) {
   const EngineFailure f =
       DecodeFailure(client, R"({"faults":[{"kind":"stall_after_tokens","tokens":2}]})", rec);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 504);
+  EXPECT_EQ(nt::HttpStatus(f), 504);
   EXPECT_EQ(f.reason, FailureReason::kEngineTimeout);
   EXPECT_EQ(f.breaker_class, BreakerClass::kStream);
   EXPECT_TRUE(f.transient);
@@ -942,7 +944,7 @@ TEST_F(BeastEngineClientTest, B13_ZeroReadTimeoutUsesRequestDeadline) {
   DecodeOutcome out = client.Decode(d0_, handoff, ChatBody(), true, leg, rec);
   const double elapsed = SecondsSince(start);
   ASSERT_FALSE(out.ok());
-  EXPECT_EQ(out.failure->status, 504);
+  EXPECT_EQ(nt::HttpStatus(*out.failure), 504);
   EXPECT_EQ(out.failure->reason, FailureReason::kDeadline);
   EXPECT_EQ(out.failure->breaker_class, BreakerClass::kNone);
   EXPECT_EQ(out.failure->evidence_iid, "");
@@ -1261,7 +1263,7 @@ TEST_F(BeastEngineClientTest, ExpiredHandoffFailsLikeVllm) {
   ASSERT_FALSE(out.ok());
   const EngineFailure& f = *out.failure;
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 500) << "vLLM reports a failed KV load as an in-stream 500";
+  EXPECT_EQ(nt::HttpStatus(f), 500) << "vLLM reports a failed KV load as an in-stream 500";
   EXPECT_EQ(f.engine_status, 500);
   EXPECT_EQ(f.breaker_class, BreakerClass::kInferenceStatus);
   EXPECT_EQ(f.evidence_iid, "d0");
@@ -1285,7 +1287,7 @@ TEST_F(BeastEngineClientTest, ApiKeyIsSentAsBearerToken) {
   Adapter anonymous(FastOptions());
   PrefillOutcome refused = anonymous.Prefill(p0_, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.failure->status, 401);
+  EXPECT_EQ(nt::HttpStatus(*refused.failure), 401);
   EXPECT_EQ(refused.failure->detail, "Unauthorized");
   EXPECT_EQ(refused.failure->breaker_class, BreakerClass::kNone);
 

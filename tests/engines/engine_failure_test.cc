@@ -1,17 +1,20 @@
 // The pure parts of HttpEngineClient: URL parsing, engine error messages and
 // the engine status table (B10, B11, reference §8).
-#include <string>
+#include "engines/engine_failure.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "engines/api.h"
 #include "engines/engine_failure.h"
-#include "engines/api.h"
-#include "engines/engine_failure.h"
+#include "tests/fakes/edge_status.h"
 
 namespace narwhal::engines {
 namespace {
+
+namespace nt = ::narwhal::testing;
 
 using ::testing::StartsWith;
 
@@ -104,18 +107,18 @@ TEST_P(ClassifyEngineStatusTest, Table) {
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
     const EngineFailure f = ClassifyEngineStatus(phase, "e1", c.engine_status, "engine says no",
                                                  c.in_stream);
-    SCOPED_TRACE(testing::Message() << "engine status " << c.engine_status << " in_stream "
-                                    << c.in_stream << " phase " << PhaseName(phase));
+    SCOPED_TRACE(::testing::Message() << "engine status " << c.engine_status << " in_stream "
+                                      << c.in_stream << " phase " << PhaseName(phase));
     EXPECT_EQ(f.phase, phase);
     EXPECT_EQ(f.iid, "e1");
-    EXPECT_EQ(f.status, c.status);
+    EXPECT_EQ(nt::HttpStatus(f), c.status);
     EXPECT_EQ(f.engine_status, c.engine_status);
     EXPECT_EQ(f.reason, c.reason);
     EXPECT_EQ(f.breaker_class, c.breaker_class);
     EXPECT_EQ(f.transient, c.transient);
     EXPECT_EQ(f.evidence_iid, c.breaker_class == BreakerClass::kNone ? "" : "e1");
     EXPECT_THAT(f.detail, ::testing::HasSubstr("engine says no"));
-    EXPECT_EQ(f.timeout_shaped(), c.status == 504);
+    EXPECT_EQ(f.cause, c.in_stream ? FailureCause::kStreamError : FailureCause::kEngineStatus);
   }
 }
 

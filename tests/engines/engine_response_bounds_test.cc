@@ -8,17 +8,17 @@
 //    chunk) fails the leg with a 502 (or a control error) naming the bound,
 //    and the leg ends before the engine could send the oversized response:
 //    the engine's writes stop far short of it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 #include "engines/engine_client.h"
@@ -30,9 +30,12 @@
 #include "engines/stream_event.h"
 #include "engines/sync_engine_client.h"
 #include "tests/engines/raw_engine.h"
+#include "tests/fakes/edge_status.h"
 
 namespace narwhal::engines {
 namespace {
+
+namespace nt = ::narwhal::testing;
 
 using json = nlohmann::json;
 using ::narwhal::testing::RawEngine;
@@ -89,7 +92,7 @@ std::string ErrorBody(std::string_view message) {
 
 // The client-facing error document of a failure: must serialise as is.
 std::string ClientErrorJson(const EngineFailure& f) {
-  return json{{"error", {{"message", f.detail}, {"code", f.status}}}}.dump();
+  return json{{"error", {{"message", f.detail}, {"code", nt::HttpStatus(f)}}}}.dump();
 }
 
 // A descriptor the contract accepts (engines/descriptor_contract.h).
@@ -167,7 +170,7 @@ class EngineResponseBoundsTest : public ::testing::Test {
   // A 502 failure of a bound: not evidence-free, not an engine status.
   static void ExpectBoundFailure(const EngineFailure& f, Phase phase, std::string_view detail) {
     EXPECT_EQ(f.phase, phase);
-    EXPECT_EQ(f.status, 502);
+    EXPECT_EQ(nt::HttpStatus(f), 502);
     EXPECT_EQ(f.engine_status, 0);
     EXPECT_EQ(f.reason, FailureReason::kInvalidResponse);
     EXPECT_NE(f.breaker_class, BreakerClass::kNone);
@@ -187,7 +190,7 @@ TEST_F(EngineResponseBoundsTest, B10_Prefill400WithInvalidUtf8KeepsStatusAndGets
     c.Send(Response(400, "Bad Request", "prompt \xFF\xFE is \xC3 bad", "text/plain"));
   });
   const EngineFailure f = PrefillFailure(engine);
-  EXPECT_EQ(f.status, 400);
+  EXPECT_EQ(nt::HttpStatus(f), 400);
   EXPECT_EQ(f.engine_status, 400);
   EXPECT_EQ(f.reason, FailureReason::kEngineRejected);
   EXPECT_EQ(f.breaker_class, BreakerClass::kNone);
@@ -203,7 +206,7 @@ TEST_F(EngineResponseBoundsTest, B10_Prefill400MultibyteMessageCutAtTheLimit) {
     c.Send(Response(400, "Bad Request", ErrorBody(message)));
   });
   const EngineFailure f = PrefillFailure(engine);
-  EXPECT_EQ(f.status, 400);
+  EXPECT_EQ(nt::HttpStatus(f), 400);
   EXPECT_TRUE(IsValidUtf8(f.detail));
   EXPECT_LE(f.detail.size(), kMaxEngineTextBytes);
   EXPECT_THAT(f.detail, EndsWith("..."));
@@ -220,7 +223,7 @@ TEST_F(EngineResponseBoundsTest, B10_Prefill400RawTextCutInsideACharacter) {
     c.Send(Response(422, "Unprocessable Entity", text, "text/plain"));
   });
   const EngineFailure f = PrefillFailure(engine);
-  EXPECT_EQ(f.status, 422);
+  EXPECT_EQ(nt::HttpStatus(f), 422);
   EXPECT_TRUE(IsValidUtf8(f.detail));
   EXPECT_LE(f.detail.size(), kMaxEngineTextBytes);
   EXPECT_EQ(f.detail, std::string(kMaxEngineTextBytes - 4, 'a') + "...");
@@ -234,7 +237,7 @@ TEST_F(EngineResponseBoundsTest, B10_Decode400WithInvalidUtf8AndCutMultibyteText
   });
   const EngineFailure f = DecodeFailure(engine);
   EXPECT_EQ(f.phase, Phase::kDecode);
-  EXPECT_EQ(f.status, 400);
+  EXPECT_EQ(nt::HttpStatus(f), 400);
   EXPECT_EQ(f.reason, FailureReason::kEngineRejected);
   EXPECT_TRUE(IsValidUtf8(f.detail));
   EXPECT_LE(f.detail.size(), kMaxEngineTextBytes);
@@ -254,7 +257,7 @@ TEST_F(EngineResponseBoundsTest, B10_DecodeErrorStatusWithAnEmptyBodyEndsAtOnce)
   EXPECT_LT(Seconds(MonoClock::now() - start), 2.0) << f.detail;
   EXPECT_EQ(f.phase, Phase::kDecode);
   EXPECT_EQ(f.engine_status, 503);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
 }
 
 TEST_F(EngineResponseBoundsTest, B11_InStreamErrorMessageIsBoundedText) {
@@ -264,7 +267,7 @@ TEST_F(EngineResponseBoundsTest, B11_InStreamErrorMessageIsBoundedText) {
     c.Send(std::string(kStreamHead) + Event(ErrorBody(message)) + "0\r\n\r\n");
   });
   const EngineFailure f = DecodeFailure(engine);
-  EXPECT_EQ(f.status, 400);  // the error object's own code (B11)
+  EXPECT_EQ(nt::HttpStatus(f), 400);  // the error object's own code (B11)
   EXPECT_EQ(f.reason, FailureReason::kEngineRejected);
   EXPECT_TRUE(IsValidUtf8(f.detail));
   EXPECT_LE(f.detail.size(), kMaxEngineTextBytes);
@@ -426,7 +429,7 @@ TEST_F(EngineResponseBoundsTest, PrefillContentLengthPastTheBodyBoundFailsAtTheH
     }
   });
   const EngineFailure f = PrefillFailure(engine);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.detail, "no handoff: prefill response exceeds 16777216 bytes");
   EXPECT_LT(engine.bytes_sent(), kFarShortOfHuge);
 }
@@ -442,7 +445,7 @@ TEST_F(EngineResponseBoundsTest, PrefillChunkedBodyIsBoundedWhileItArrives) {
     }
   });
   const EngineFailure f = PrefillFailure(engine);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.detail, "no handoff: prefill response exceeds 1048576 bytes");
   EXPECT_LT(engine.bytes_sent(), kFarShortOfHuge);
 }
@@ -473,7 +476,7 @@ TEST_F(EngineResponseBoundsTest, SseEventIsBounded) {
     }
   });
   const EngineFailure f = DecodeFailure(engine);
-  EXPECT_EQ(f.status, 502);
+  EXPECT_EQ(nt::HttpStatus(f), 502);
   EXPECT_EQ(f.detail, "malformed stream: SSE event exceeds 1048576 bytes");
   EXPECT_LT(engine.bytes_sent(), kFarShortOfHuge);
 }

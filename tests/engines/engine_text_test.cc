@@ -2,18 +2,21 @@
 // IsValidUtf8, ToValidUtf8, EngineText, EngineErrorMessage, MakeFailure,
 // ClassifyEngineStatus) and the choice bounds the stream classifier reports
 // (engines/stream_event.h). Pure functions: no sockets.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "engines/engine_failure.h"
 #include "engines/stream_event.h"
+#include "tests/fakes/edge_status.h"
 
 namespace narwhal::engines {
 namespace {
+
+namespace nt = ::narwhal::testing;
 
 using json = nlohmann::json;
 using ::testing::EndsWith;
@@ -208,7 +211,7 @@ TEST(EngineTextTest, ClassifiedEngineStatusHasBoundedValidText) {
   // The engine's 4xx keeps its status and carries only the engine's text.
   const EngineFailure rejected =
       ClassifyEngineStatus(Phase::kPrefill, "p0", 400, "too \xFF long", false);
-  EXPECT_EQ(rejected.status, 400);
+  EXPECT_EQ(nt::HttpStatus(rejected), 400);
   EXPECT_EQ(rejected.detail, "too " + kFffd + " long");
 }
 

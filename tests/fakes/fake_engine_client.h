@@ -61,10 +61,11 @@ using Duration = engines::MonoClock::duration;
 // `phase` are filled in by the fake when the leg runs. ---
 
 inline engines::EngineFailure MakeEngineFailure(engines::FailureReason reason,
-                                                engines::BreakerClass cls, int status,
-                                                std::string detail, bool transient) {
-  return engines::MakeFailure(engines::Phase::kPrefill, "", reason, cls, status,
-                              std::move(detail), transient);
+                                                engines::BreakerClass cls,
+                                                engines::FailureCause cause, std::string detail,
+                                                bool transient) {
+  return engines::MakeFailure(engines::Phase::kPrefill, "", reason, cls, cause, std::move(detail),
+                              transient);
 }
 
 // The engine answered `status` (or, `in_stream`, sent an error object in a
@@ -74,35 +75,39 @@ inline engines::EngineFailure EngineStatusFailure(int status, const std::string&
   return engines::ClassifyEngineStatus(engines::Phase::kPrefill, "", status, message, in_stream);
 }
 inline engines::EngineFailure ConnectRefused() {
-  return MakeEngineFailure(engines::FailureReason::kEngineUnreachable,
-                           engines::BreakerClass::kConnection, 502,
-                           "engine unreachable: connection refused", true);
+  return MakeEngineFailure(
+      engines::FailureReason::kEngineUnreachable, engines::BreakerClass::kConnection,
+      engines::FailureCause::kConnectFailed, "engine unreachable: connection refused", true);
 }
 inline engines::EngineFailure ConnectionLost() {
   return MakeEngineFailure(engines::FailureReason::kEngineConnection,
-                           engines::BreakerClass::kTimeout, 502,
+                           engines::BreakerClass::kTimeout, engines::FailureCause::kConnectionLost,
                            "connection to engine lost before a response: Read", true);
 }
 inline engines::EngineFailure FirstTokenTimeout() {
   return MakeEngineFailure(engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream,
-                           504, "no first token within 2.5s: no frames at all", true);
+                           engines::FailureCause::kFirstTokenTimeout,
+                           "no first token within 2.5s: no frames at all", true);
 }
 inline engines::EngineFailure ReadTimeout() {
   return MakeEngineFailure(
-      engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream, 504,
+      engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream,
+      engines::FailureCause::kReadTimeout,
       "engine went silent between tokens: nothing arrived within the 10s read timeout", true);
 }
 inline engines::EngineFailure MissingDone() {
   return MakeEngineFailure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream,
-                           502, "stream ended before the [DONE] terminator", true);
+                           engines::FailureCause::kUnterminated,
+                           "stream ended before the [DONE] terminator", true);
 }
 inline engines::EngineFailure NoHandoff() {
   return MakeEngineFailure(engines::FailureReason::kInvalidResponse,
-                           engines::BreakerClass::kKvHandoff, 502,
+                           engines::BreakerClass::kKvHandoff, engines::FailureCause::kNoHandoff,
                            "no handoff: response carries no kv_transfer_params", false);
 }
 inline engines::EngineFailure RequestDeadline() {
-  return MakeEngineFailure(engines::FailureReason::kDeadline, engines::BreakerClass::kNone, 504,
+  return MakeEngineFailure(engines::FailureReason::kDeadline, engines::BreakerClass::kNone,
+                           engines::FailureCause::kNone,
                            "request deadline passed during the decode leg", false);
 }
 
@@ -232,10 +237,10 @@ struct DecodeStep {
   }
   // B3: the descriptor was rejected before any decode request.
   static DecodeStep InvalidContinuation() {
-    engines::EngineFailure f = MakeEngineFailure(engines::FailureReason::kInvalidResponse,
-                                                 engines::BreakerClass::kKvHandoff, 502,
-                                                 "invalid continuation: remote_engine_id is missing",
-                                                 false);
+    engines::EngineFailure f = MakeEngineFailure(
+        engines::FailureReason::kInvalidResponse, engines::BreakerClass::kKvHandoff,
+        engines::FailureCause::kInvalidContinuation,
+        "invalid continuation: remote_engine_id is missing", false);
     f.handoff_rejection = "missing_engine_id";
     DecodeStep s = Fail(std::move(f));
     s.evidence_is_producer = true;
@@ -372,13 +377,14 @@ class FakeEngineClient : public engines::AsyncEngineClient {
     const bool deadline_is_request = deadline == options.request_deadline;
     auto timed_out = [&] {
       return deadline_is_request
-                 ? Fill(MakeEngineFailure(engines::FailureReason::kDeadline,
-                                          engines::BreakerClass::kNone, 504,
-                                          "request deadline passed during the prefill leg", false),
-                        engines::Phase::kPrefill, producer.iid, "")
-                 : Fill(MakeEngineFailure(engines::FailureReason::kEngineTimeout,
-                                          engines::BreakerClass::kTimeout, 504,
-                                          "prefill timed out", true),
+                 ? Fill(
+                       MakeEngineFailure(engines::FailureReason::kDeadline,
+                                         engines::BreakerClass::kNone, engines::FailureCause::kNone,
+                                         "request deadline passed during the prefill leg", false),
+                       engines::Phase::kPrefill, producer.iid, "")
+                 : Fill(MakeEngineFailure(
+                            engines::FailureReason::kEngineTimeout, engines::BreakerClass::kTimeout,
+                            engines::FailureCause::kLegTimeout, "prefill timed out", true),
                         engines::Phase::kPrefill, producer.iid, "");
     };
     if (Cancelled(options)) {
@@ -537,7 +543,7 @@ class FakeEngineClient : public engines::AsyncEngineClient {
 
   static engines::EngineFailure CancelledFailure(engines::Phase phase, const std::string& iid) {
     return Fill(MakeEngineFailure(engines::FailureReason::kCancelled, engines::BreakerClass::kNone,
-                                  499, "client went away", false),
+                                  engines::FailureCause::kNone, "client went away", false),
                 phase, iid, "");
   }
 
@@ -561,7 +567,7 @@ class FakeEngineClient : public engines::AsyncEngineClient {
     co_await timer->async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
     if (!Cancelled(options)) {
       co_return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
-                                       engines::BreakerClass::kNone, 500,
+                                       engines::BreakerClass::kNone, engines::FailureCause::kNone,
                                        "fake engine: blocked leg was never cancelled", false),
                      phase, iid, "");
     }
@@ -575,8 +581,8 @@ class FakeEngineClient : public engines::AsyncEngineClient {
     constexpr engines::Phase kPhase = engines::Phase::kDecode;
     const std::string& iid = consumer.iid;
     auto deadline_failure = [&] {
-      return Fill(MakeEngineFailure(engines::FailureReason::kDeadline,
-                                    engines::BreakerClass::kNone, 504,
+      return Fill(MakeEngineFailure(engines::FailureReason::kDeadline, engines::BreakerClass::kNone,
+                                    engines::FailureCause::kNone,
                                     "request deadline passed during the decode leg", false),
                   kPhase, iid, "");
     };
@@ -595,10 +601,11 @@ class FakeEngineClient : public engines::AsyncEngineClient {
       switch (event.kind) {
         case engines::EventKind::kDone:
           if (first_token) co_return std::nullopt;
-          co_return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
-                                        engines::BreakerClass::kStream, 502,
-                                        "stream ended with [DONE] before any token arrived", true),
-                      kPhase, iid, "");
+          co_return Fill(
+              MakeEngineFailure(engines::FailureReason::kEngineError,
+                                engines::BreakerClass::kStream, engines::FailureCause::kEarlyDone,
+                                "stream ended with [DONE] before any token arrived", true),
+              kPhase, iid, "");
         case engines::EventKind::kError:
           co_return engines::ClassifyEngineStatus(kPhase, iid, event.error_status,
                                                   event.error_message, /*in_stream=*/true);

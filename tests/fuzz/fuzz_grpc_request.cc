@@ -90,9 +90,11 @@ bool Decode(const uint8_t* bytes, size_t size, long long max_bytes,
   const grpc::ByteBuffer buffer(&slice, 1);
   narwhal::server::DecodeError error;
   if (narwhal::server::DecodeGenerateRequest(buffer, max_bytes, request, &error)) return true;
-  FUZZ_CHECK_MSG(error.status == (size > static_cast<size_t>(max_bytes) ? 413 : 400),
-                 std::to_string(error.status));
-  FUZZ_CHECK(!error.reason.empty() && !error.message.empty());
+  FUZZ_CHECK_MSG(error.reason == (size > static_cast<size_t>(max_bytes)
+                                      ? narwhal::router::Reason::kTooLarge
+                                      : narwhal::router::Reason::kMalformedMessage),
+                 std::string(narwhal::router::ReasonName(error.reason)));
+  FUZZ_CHECK(!error.message.empty());
   return false;
 }
 

@@ -23,17 +23,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 #include "engines/connector.h"
 #include "engines/engine_failure.h"
 #include "engines/json_limits.h"
 #include "engines/prefill_result.h"
+#include "server/status_table.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -113,7 +113,9 @@ void Failure(const std::string& response, int status) {
   FUZZ_CHECK(narwhal::engines::EngineText(message) == message);  // idempotent
   const narwhal::engines::EngineFailure f = narwhal::engines::ClassifyEngineStatus(
       narwhal::engines::Phase::kPrefill, "p0", status, message, /*in_stream=*/false);
-  FUZZ_CHECK(f.status >= 400 && f.status <= 599);
+  FUZZ_CHECK(f.cause == narwhal::engines::FailureCause::kEngineStatus);
+  const int client_status = narwhal::server::FailureStatus(f);
+  FUZZ_CHECK(client_status >= 400 && client_status <= 599);
   FUZZ_CHECK(f.engine_status == status);
   FUZZ_CHECK(!f.detail.empty() || message.empty());
   FUZZ_CHECK_MSG(IsUtf8(f.detail), Printable(f.detail));

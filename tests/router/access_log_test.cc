@@ -22,6 +22,7 @@
 #include "router/fleet.h"
 #include "router/metrics.h"
 #include "router/router.h"
+#include "server/status_table.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/fakes/test_sink.h"
@@ -52,7 +53,6 @@ Request SampleRequest() {
 Outcome Completed() {
   Outcome o;
   o.terminal = Terminal::kCompleted;
-  o.status = 200;
   o.ttft_s = 0.012;
   o.first_byte_s = 0.015;
   o.output_tokens = 8;
@@ -63,8 +63,13 @@ Outcome Completed() {
 std::vector<json> ReadLines(const std::string& path) { return nt::ReadJournal(path); }
 
 TEST(AccessLogLineTest, CarriesIdentityOutcomeEnginesTimingsAndTokens) {
-  const json info = {{"prefill_iid", "p0"}, {"decode_iid", "d1"}, {"attempts", 2}};
-  const json line = AccessLog::Line(SampleRequest(), Completed(), info, 0.25, 1.7e9 + 0.5);
+  RequestRecord record;
+  record.prefill_iid = "p0";
+  record.decode_iid = "d1";
+  record.attempts = 2;
+  const server::StatusTableJournal table;
+  const json line =
+      AccessLog::Line(SampleRequest(), Completed(), record, 0.25, 1.7e9 + 0.5, &table);
   EXPECT_EQ(line["ts"], "2023-11-14T22:13:20.500Z");
   EXPECT_EQ(line["rid"], "rid-1");
   EXPECT_EQ(line["client_rid"], "client-7");
@@ -87,11 +92,11 @@ TEST(AccessLogLineTest, CarriesIdentityOutcomeEnginesTimingsAndTokens) {
 }
 
 TEST(AccessLogLineTest, ARefusalHasNoEnginesAndAClientThatLeftHasNoStatus) {
+  const server::StatusTableJournal table;
   Outcome refused;
   refused.terminal = Terminal::kInvalid;
-  refused.status = 400;
-  refused.reason = "invalid_request";
-  json line = AccessLog::Line(SampleRequest(), refused, json::object(), 0.001, 1.7e9);
+  refused.reason = Reason::kInvalidRequest;
+  json line = AccessLog::Line(SampleRequest(), refused, RequestRecord{}, 0.001, 1.7e9, &table);
   EXPECT_EQ(line["status"], 400);
   EXPECT_EQ(line["terminal"], "invalid");
   EXPECT_EQ(line["reason"], "invalid_request");
@@ -102,8 +107,8 @@ TEST(AccessLogLineTest, ARefusalHasNoEnginesAndAClientThatLeftHasNoStatus) {
 
   Outcome gone;
   gone.terminal = Terminal::kCancelled;
-  gone.status = 499;
-  line = AccessLog::Line(SampleRequest(), gone, json::object(), 0.001, 1.7e9);
+  gone.reason = Reason::kCancelled;
+  line = AccessLog::Line(SampleRequest(), gone, RequestRecord{}, 0.001, 1.7e9, &table);
   EXPECT_TRUE(line["status"].is_null());
 }
 
@@ -157,7 +162,7 @@ TEST_F(AccessLogFileTest, OneLinePerRecordedRequestInOrder) {
   for (int i = 0; i < 3; ++i) {
     Request r = SampleRequest();
     r.rid = "rid-" + std::to_string(i);
-    (*log)->Record(r, Completed(), json::object(), 0.1, 1.7e9);
+    (*log)->Record(r, Completed(), RequestRecord{}, 0.1, 1.7e9, nullptr);
   }
   (*log)->Flush();
   const std::vector<json> lines = ReadLines(path_);
@@ -171,11 +176,11 @@ TEST_F(AccessLogFileTest, AStuckWriterNeverBlocksRecordItDropsAndCounts) {
   HeldWriter held;
   auto log = AccessLog::Open(path_, held.Options(/*max_pending=*/4));
   ASSERT_TRUE(log.ok()) << log.status();
-  (*log)->Record(SampleRequest(), Completed(), json::object(), 0.1, 1.7e9);
+  (*log)->Record(SampleRequest(), Completed(), RequestRecord{}, 0.1, 1.7e9, nullptr);
   held.WaitHeld();  // the writer is stuck inside write(2) with line 1
   // Three more fill the bound; the rest are dropped, and Record returns.
   for (int i = 0; i < 10; ++i)
-    (*log)->Record(SampleRequest(), Completed(), json::object(), 0.1, 1.7e9);
+    (*log)->Record(SampleRequest(), Completed(), RequestRecord{}, 0.1, 1.7e9, nullptr);
   EXPECT_EQ((*log)->dropped(), 7);
   held.Open();
   (*log)->Flush();
@@ -206,7 +211,8 @@ TEST_F(AccessLogFileTest, TheRouterWritesALinePerFinishedRequest) {
   auto log = AccessLog::Open(path_);
   ASSERT_TRUE(log.ok()) << log.status();
   Fleet fleet(settings, clock, &metrics);
-  Router router(settings, fake, fleet, clock, &metrics, nullptr, 1);
+  const server::StatusTableJournal table;
+  Router router(settings, fake, fleet, clock, &metrics, nullptr, 1, &table);
   router.SetAccessLog(log->get());
 
   Request r;
@@ -223,8 +229,7 @@ TEST_F(AccessLogFileTest, TheRouterWritesALinePerFinishedRequest) {
   }
   Outcome refused;
   refused.terminal = Terminal::kInvalid;
-  refused.status = 400;
-  refused.reason = "invalid_request";
+  refused.reason = Reason::kInvalidRequest;
   Request bad = r;
   bad.rid = "refused-1";
   router.RecordRefused(bad, refused);

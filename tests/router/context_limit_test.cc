@@ -18,6 +18,7 @@
 #include "router/metrics.h"
 #include "router/router.h"
 #include "router/settings.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/fakes/test_sink.h"
@@ -29,6 +30,9 @@ namespace {
 namespace nt = ::narwhal::testing;
 using namespace std::chrono_literals;
 using engines::Api;
+using ::narwhal::testing::ErrorTypeOf;
+using ::narwhal::testing::HttpStatus;
+using ::narwhal::testing::ReasonOf;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
@@ -156,8 +160,8 @@ TEST_F(ContextLimitRouterTest, OverTheLimitIsRefusedBeforeAnyPrefillAndCountedIn
   std::string rid;
   const Outcome o = Serve(Completion("hi", 5000), Api::kCompletions, &rid);
   EXPECT_EQ(o.terminal, Terminal::kInvalid);
-  EXPECT_EQ(o.status, 400);
-  EXPECT_EQ(o.error_type, ErrorType::kInvalidRequest);
+  EXPECT_EQ(HttpStatus(o), 400);
+  EXPECT_EQ(ErrorTypeOf(o), server::ErrorType::kInvalidRequest);
   EXPECT_EQ(o.message, "max_tokens 5000 exceeds the model's context length (max_model_len 4096)");
   EXPECT_TRUE(fake_.prefill_calls().empty());
   EXPECT_TRUE(fake_.decode_calls().empty());

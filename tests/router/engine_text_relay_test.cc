@@ -7,19 +7,18 @@
 //    serialises strictly; the journal row agrees with the client.
 //  - A decode stream that invents choice indexes ends the request with a 502
 //    naming the bound, before the engine could send the rest.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <prometheus/registry.h>
 
 #include "engines/engine_failure.h"
 #include "engines/http/beast_engine_client.h"
@@ -30,6 +29,7 @@
 #include "router/router.h"
 #include "router/settings.h"
 #include "tests/engines/raw_engine.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"
 
@@ -37,6 +37,8 @@ namespace narwhal::router {
 namespace {
 
 namespace nt = ::narwhal::testing;
+using server::ErrorType;
+using server::ErrorTypeName;
 using json = nlohmann::json;
 using nt::RawEngine;
 using ::testing::EndsWith;
@@ -77,8 +79,8 @@ std::string PrefillOk() {
 std::string ClientErrorBody(const Outcome& o) {
   return json{{"error",
                {{"message", o.message},
-                {"type", std::string(ErrorTypeName(o.error_type))},
-                {"code", o.status}}}}
+                {"type", std::string(ErrorTypeName(nt::ErrorTypeOf(o)))},
+                {"code", nt::HttpStatus(o)}}}}
       .dump();
 }
 
@@ -108,7 +110,7 @@ class EngineTextRelayTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<Fleet>(settings_, clock_, metrics_.get(), journal_.get());
     router_ = std::make_unique<Router>(settings_, client_, *fleet_, clock_, metrics_.get(),
-                                       journal_.get(), /*seed=*/7);
+                                       journal_.get(), /*seed=*/7, &journal_status_);
   }
 
   Outcome Run(bool stream, std::string* rid_out = nullptr) {
@@ -149,6 +151,7 @@ class EngineTextRelayTest : public ::testing::Test {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Fleet> fleet_;
+  const server::StatusTableJournal journal_status_;
   std::unique_ptr<Router> router_;
   std::string journal_path_;
 };
@@ -162,8 +165,8 @@ TEST_F(EngineTextRelayTest, B10_Prefill400WithInvalidUtf8ReachesTheClientAs400) 
   for (const bool stream : {false, true}) {
     std::string rid;
     const Outcome o = Run(stream, &rid);
-    EXPECT_EQ(o.status, 400) << stream;
-    EXPECT_EQ(o.error_type, ErrorType::kInvalidRequest) << stream;
+    EXPECT_EQ(nt::HttpStatus(o), 400) << stream;
+    EXPECT_EQ(nt::ErrorTypeOf(o), ErrorType::kInvalidRequest) << stream;
     EXPECT_TRUE(engines::IsValidUtf8(o.message)) << stream;
     EXPECT_THAT(o.message, HasSubstr("context " + kFffd + kFffd + " too long " + kFffd));
     EXPECT_THAT(o.message, Not(HasSubstr("json.exception")));
@@ -186,8 +189,8 @@ TEST_F(EngineTextRelayTest, B10_Decode400WithMultibyteMessageCutAtTheLimit) {
   Start(producer, consumer);
   std::string rid;
   const Outcome o = Run(/*stream=*/false, &rid);
-  EXPECT_EQ(o.status, 400);
-  EXPECT_EQ(o.error_type, ErrorType::kInvalidRequest);
+  EXPECT_EQ(nt::HttpStatus(o), 400);
+  EXPECT_EQ(nt::ErrorTypeOf(o), ErrorType::kInvalidRequest);
   EXPECT_TRUE(engines::IsValidUtf8(o.message));
   EXPECT_LE(o.message.size(), engines::kMaxEngineTextBytes + 64);
   EXPECT_THAT(o.message, EndsWith("..."));
@@ -216,7 +219,7 @@ TEST_F(EngineTextRelayTest, InventedChoiceIndexesEndTheRequestWith502) {
   for (const bool stream : {false, true}) {
     const size_t sent_before = consumer.bytes_sent();
     const Outcome o = Run(stream);
-    EXPECT_EQ(o.status, 502) << stream;
+    EXPECT_EQ(nt::HttpStatus(o), 502) << stream;
     EXPECT_THAT(o.message, HasSubstr("decode chunk has choice index 16")) << stream;
     EXPECT_LT(consumer.bytes_sent() - sent_before, total / 2) << stream;
   }

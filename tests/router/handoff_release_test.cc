@@ -24,6 +24,7 @@
 #include "router/metrics.h"
 #include "router/router.h"
 #include "router/settings.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/fakes/test_sink.h"
@@ -33,6 +34,8 @@ namespace narwhal::router {
 namespace {
 
 namespace nt = ::narwhal::testing;
+using server::ErrorType;
+using server::ErrorTypeName;
 using namespace std::chrono_literals;
 using engines::FromSeconds;
 using json = nlohmann::json;
@@ -65,7 +68,7 @@ class HandoffReleaseTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<Fleet>(settings_, clock_, metrics_.get(), journal_.get());
     router_ = std::make_unique<Router>(settings_, fake_, *fleet_, clock_, metrics_.get(),
-                                       journal_.get(), 7);
+                                       journal_.get(), 7, &journal_status_);
   }
 
   Request MakeRequest() {
@@ -151,6 +154,7 @@ class HandoffReleaseTest : public ::testing::Test {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Fleet> fleet_;
+  const server::StatusTableJournal journal_status_;
   std::unique_ptr<Router> router_;
   std::string journal_path_;
   std::string rid_;
@@ -253,7 +257,7 @@ TEST_F(HandoffReleaseTest, HandoffPastTheAgeLimitButInsideTheLeaseIsReleased) {
   Start();
   fake_.QueuePrefill(nt::PrefillStep::Ok(2s));
   const Outcome o = Run(MakeRequest());
-  EXPECT_EQ(o.error_type, ErrorType::kHandoffExpired);
+  EXPECT_EQ(nt::ErrorTypeOf(o), ErrorType::kHandoffExpired);
   ASSERT_TRUE(WaitReleases("released", 1));
   EXPECT_EQ(Abandoned("expired"), 1);
   // The client's decode never ran; only the release did.
@@ -278,7 +282,7 @@ TEST_F(HandoffReleaseTest, NoConsumerAfterThePrefillCountsAndReleasesNothing) {
   step.on_start = [this] { ASSERT_TRUE(fleet_->Eject("d0", "operator").ok()); };
   fake_.QueuePrefill(std::move(step));
   const Outcome o = Run(MakeRequest());
-  EXPECT_EQ(o.reason, "no_engine");
+  EXPECT_EQ(nt::ReasonOf(o), "no_engine");
   EXPECT_EQ(Abandoned("no_consumer"), 1);
   // The producer cannot pull its own handoff: nobody to release through.
   EXPECT_EQ(Releases("no_consumer"), 1);

@@ -38,10 +38,11 @@ class ManualClock : public testing::FakeClock {
   MonoTime start_;
 };
 
-engines::EngineFailure Failure(engines::Phase phase, int status, const std::string& detail) {
+engines::EngineFailure Failure(engines::Phase phase, engines::FailureCause cause,
+                               const std::string& detail) {
   engines::EngineFailure f;
   f.phase = phase;
-  f.status = status;
+  f.cause = cause;
   f.detail = detail;
   return f;
 }
@@ -112,7 +113,7 @@ class ScriptedClient : public engines::EngineClient {
     clock_->Advance(prefill_s);
     engines::PrefillOutcome out;
     if (auto it = prefill_failures_.find(producer.iid); it != prefill_failures_.end()) {
-      out.failure = Failure(engines::Phase::kPrefill, 502, it->second);
+      out.failure = Failure(engines::Phase::kPrefill, engines::FailureCause::kNone, it->second);
       return out;
     }
     const json descriptor = {{"do_remote_prefill", true},
@@ -134,12 +135,12 @@ class ScriptedClient : public engines::EngineClient {
     engines::DecodeOutcome out;
     if (silent_.count(consumer.iid) > 0) {
       clock_->Advance(first_token_timeout_s);
-      out.failure =
-          Failure(engines::Phase::kDecode, 504, "no first token within 1s: no frames at all");
+      out.failure = Failure(engines::Phase::kDecode, engines::FailureCause::kFirstTokenTimeout,
+                            "no first token within 1s: no frames at all");
       return out;
     }
     if (auto it = decode_failures_.find(consumer.iid); it != decode_failures_.end()) {
-      out.failure = Failure(engines::Phase::kDecode, 500, it->second);
+      out.failure = Failure(engines::Phase::kDecode, engines::FailureCause::kNone, it->second);
       return out;
     }
     clock_->Advance(first_token_s);

@@ -3,6 +3,9 @@
 // measurement, the journal and the metrics. No sockets, no real sleeps.
 #include "router/router.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,10 +20,6 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-
 #include "engines/engine_failure.h"
 #include "engines/io_loops.h"
 #include "engines/sync_engine_client.h"
@@ -28,6 +27,7 @@
 #include "router/journal.h"
 #include "router/metrics.h"
 #include "router/settings.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/fakes/test_sink.h"
@@ -37,11 +37,20 @@ namespace narwhal::router {
 
 // Readable gtest messages for the outcome enums (found by ADL).
 void PrintTo(Terminal t, std::ostream* os) { *os << TerminalName(t); }
+
+}  // namespace narwhal::router
+
+namespace narwhal::server {
 void PrintTo(ErrorType t, std::ostream* os) { *os << "'" << ErrorTypeName(t) << "'"; }
+}  // namespace narwhal::server
+
+namespace narwhal::router {
 
 namespace {
 
 namespace nt = ::narwhal::testing;
+using server::ErrorType;
+using server::ErrorTypeName;
 using namespace std::chrono_literals;
 using engines::Api;
 using engines::FromSeconds;
@@ -88,7 +97,7 @@ class RouterTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<Fleet>(settings_, clock_, metrics_.get(), journal_.get());
     router_ = std::make_unique<Router>(settings_, fake_, *fleet_, clock_, metrics_.get(),
-                                       journal_.get(), seed);
+                                       journal_.get(), seed, &journal_status_);
   }
 
   Request MakeRequest(bool stream, Api api = Api::kCompletions) {
@@ -217,6 +226,7 @@ class RouterTest : public ::testing::Test {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Fleet> fleet_;
+  const server::StatusTableJournal journal_status_;
   std::unique_ptr<Router> router_;
   std::string journal_path_;
 };
@@ -242,7 +252,7 @@ TEST_F(RouterTest, B9_StreamingRelaysChunksInOrderAndMeasuresExactly) {
   EXPECT_EQ(r.chunks[2].finish_reason, "stop");
   const Outcome& o = r.outcome;
   EXPECT_EQ(o.terminal, Terminal::kCompleted);
-  EXPECT_EQ(o.status, 200);
+  EXPECT_EQ(nt::HttpStatus(o), 200);
   EXPECT_TRUE(o.output_started);
   ASSERT_TRUE(o.ttft_s.has_value());
   ASSERT_TRUE(o.first_byte_s.has_value());
@@ -366,7 +376,8 @@ TEST_F(RouterTest, B5_SameWorkerDecodeWhenTheProducerIsTheOnlyDecodeEngine) {
   Start();
   std::string rid;
   // Whichever engine produces, e0 is the only one able to decode.
-  for (int i = 0; i < 2; ++i) ASSERT_EQ(Run(true, Api::kCompletions, &rid).outcome.status, 200);
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(nt::HttpStatus(Run(true, Api::kCompletions, &rid).outcome), 200);
   const auto decodes = fake_.decode_calls();
   ASSERT_EQ(decodes.size(), 2u);
   bool saw_same_worker = false;
@@ -397,7 +408,7 @@ TEST_F(RouterTest, Placement_SequentialRequestsShareEqualEngines) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
   Start();
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(Run(true).outcome.status, 200);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
   std::set<std::string> producers, consumers;
   for (const auto& p : fake_.prefill_calls()) producers.insert(p.target.iid);
   for (const auto& d : fake_.decode_calls()) consumers.insert(d.target.iid);
@@ -409,7 +420,7 @@ TEST_F(RouterTest, B6_DecodeReceivesThePrefillResultUnchanged) {
   Start();
   Request req = MakeRequest(true);
   const json body = req.body;
-  ASSERT_EQ(Run(std::move(req)).outcome.status, 200);
+  ASSERT_EQ(nt::HttpStatus(Run(std::move(req)).outcome), 200);
   const auto prefills = fake_.prefill_calls();
   const auto decodes = fake_.decode_calls();
   ASSERT_EQ(prefills.size(), 1u);
@@ -435,7 +446,7 @@ TEST_F(RouterTest, LegDeadlinesComeFromTheRequestAndPrefillTimeout) {
   Start();
   Request req = MakeRequest(true);
   const engines::MonoTime deadline = req.deadline;
-  ASSERT_EQ(Run(std::move(req)).outcome.status, 200);
+  ASSERT_EQ(nt::HttpStatus(Run(std::move(req)).outcome), 200);
   const auto p = fake_.prefill_calls().at(0);
   const auto d = fake_.decode_calls().at(0);
   EXPECT_EQ(p.request_deadline, deadline);
@@ -450,8 +461,8 @@ TEST_F(RouterTest, PrefillTimeoutIs504PrefillAndTransient) {
   fake_.QueuePrefill(nt::PrefillStep::Ok(3s));  // the watchdog ends it at 2 s
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 504);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kPrefill);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kPrefill);
   const json row = Row(rid);
   EXPECT_EQ(row["reason"], "engine_timeout");
   EXPECT_EQ(row["attempt_failures"][0]["transient"], true);
@@ -493,7 +504,7 @@ TEST_F(RouterTest, B8_FreshBackendIdsPerAttemptAndPhaseAndANewPrefillPerRetry) {
 
 TEST_F(RouterTest, B7_ReservationsReleasedAfterSuccess) {
   Start();
-  ASSERT_EQ(Run(true).outcome.status, 200);
+  ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
   ExpectNoReservations();
 }
 
@@ -516,9 +527,9 @@ TEST_F(RouterTest, B7_ReservationsHeldDuringLegsAndReleasedAfterCancel) {
 TEST_F(RouterTest, B7_ReservationsReleasedAfterFailure) {
   Start();
   fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(500)));
-  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
-  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   ExpectNoReservations();
 }
 
@@ -529,8 +540,8 @@ TEST_F(RouterTest, B7_ReservationsReleasedAfterDeadline) {
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
   EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
-  EXPECT_EQ(r.outcome.status, 504);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kRequestExpired);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kRequestExpired);
   EXPECT_EQ(Row(rid)["reason"], "deadline");
   ExpectNoReservations();
   // The request's own deadline is no evidence against the engine.
@@ -544,8 +555,8 @@ TEST_F(RouterTest, RequestAlreadyExpiredNeverReachesAnEngine) {
   req.deadline = clock_.Now();
   Result r = Run(std::move(req));
   EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
-  EXPECT_EQ(r.outcome.status, 504);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kRequestExpired);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kRequestExpired);
   EXPECT_TRUE(fake_.prefill_calls().empty());
 }
 
@@ -555,10 +566,10 @@ TEST_F(RouterTest, B7_HandoffExpiredWhenThePrefillOutlivesTheHandoffTimeout) {
   fake_.QueuePrefill(nt::PrefillStep::Ok(1500ms));
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 504);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kHandoffExpired);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kHandoffExpired);
   EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
-  EXPECT_EQ(r.outcome.reason, "handoff");
+  EXPECT_EQ(nt::ReasonOf(r.outcome), "handoff");
   EXPECT_THAT(r.outcome.message, HasSubstr("KV handoff expired"));
   // The decode engine received no client decode (only, in the background,
   // the release of the abandoned handoff: tests/router/handoff_release_test).
@@ -641,10 +652,10 @@ TEST_P(FailureMappingTest, B10_FailureMapsToStatusAndType) {
   std::string rid;
   Result r = Run(/*stream=*/true, Api::kCompletions, &rid);
   const Outcome& o = r.outcome;
-  EXPECT_EQ(o.status, c.status);
-  EXPECT_EQ(o.error_type, c.type);
+  EXPECT_EQ(nt::HttpStatus(o), c.status);
+  EXPECT_EQ(nt::ErrorTypeOf(o), c.type);
   EXPECT_EQ(o.terminal, c.terminal);
-  EXPECT_EQ(o.reason, c.reason);
+  EXPECT_EQ(nt::ReasonOf(o), c.reason);
   EXPECT_FALSE(o.output_started);
   EXPECT_THAT(o.message, StartsWith(c.message_prefix));
   const json row = Row(rid);
@@ -708,7 +719,7 @@ TEST_F(RouterTest, B14_DefaultIsOneAttemptWithoutRetry) {
   fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 504);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   const json row = Row(rid);
   EXPECT_EQ(row["attempts"], 1);
@@ -777,8 +788,8 @@ TEST_F(RouterTest, B14_FailedPrefillExcludesThatProducer) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::EngineStatusFailure(503)));
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 502);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kPrefill);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 502);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kPrefill);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "no_engine");
 }
@@ -793,8 +804,8 @@ TEST_F(RouterTest, B14_FailedDecodeAlsoExcludesThatAttemptsProducer) {
   fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(503)));
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 502);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kDecode);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 502);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kDecode);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(fake_.decode_calls().size(), 1u);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "no_engine");
@@ -808,7 +819,7 @@ TEST_F(RouterTest, B14_NonTransientFailureIsNotRetried) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::EngineStatusFailure(400, "bad prompt")));
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 400);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 400);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "non_transient");
 }
@@ -827,8 +838,8 @@ TEST_F(RouterTest, B16_StreamingFailureAfterOutputStartedIsNeverRetried) {
   const Outcome& o = r.outcome;
   EXPECT_TRUE(o.output_started);
   EXPECT_EQ(o.terminal, Terminal::kFailed);
-  EXPECT_EQ(o.status, 504);  // the terminal event's code
-  EXPECT_EQ(o.error_type, ErrorType::kDecode);
+  EXPECT_EQ(nt::HttpStatus(o), 504);  // the terminal event's code
+  EXPECT_EQ(nt::ErrorTypeOf(o), ErrorType::kDecode);
   EXPECT_THAT(o.message, StartsWith("engine went silent between tokens"));
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(fake_.decode_calls().size(), 1u);
@@ -846,8 +857,8 @@ TEST_F(RouterTest, B16_DeadlineAfterCommitIsRequestExpired) {
   Result r = Run(true, Api::kCompletions, &rid);
   ASSERT_EQ(r.chunks.size(), 1u);
   EXPECT_TRUE(r.outcome.output_started);
-  EXPECT_EQ(r.outcome.status, 504);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kRequestExpired);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kRequestExpired);
   EXPECT_EQ(r.outcome.terminal, Terminal::kExpired);
   EXPECT_EQ(Row(rid)["status"], 504);
 }
@@ -895,8 +906,8 @@ TEST_F(RouterTest, B14_NoRetryWhenTheBackoffWouldPassTheDeadline) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused(), 10ms - 1us));
   const std::string rid = req.rid;
   Result r = Run(std::move(req));
-  EXPECT_EQ(r.outcome.status, 502);  // the failed attempt's own status
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kPrefill);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 502);  // the failed attempt's own status
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kPrefill);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "original_deadline");
   EXPECT_EQ(router_->retry_budget().credits(), settings_.serving.retry_budget);
@@ -921,14 +932,14 @@ TEST_F(RouterTest, B14_SharedBudgetDeniesRetriesAndReplenishesPerSuccess) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
   std::string rid;
   Result denied = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(denied.outcome.status, 502);
-  EXPECT_EQ(denied.outcome.error_type, ErrorType::kPrefill);
+  EXPECT_EQ(nt::HttpStatus(denied.outcome), 502);
+  EXPECT_EQ(nt::ErrorTypeOf(denied.outcome), ErrorType::kPrefill);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "shared_budget");
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_scheduled"], false);
   EXPECT_EQ(Metric("narwhal_retry_denied_total"), 1);
 
   // Nine successes replenish 0.9: 0.1 + 0.9 makes a whole credit again.
-  for (int i = 0; i < 9; ++i) ASSERT_EQ(Run(true).outcome.status, 200);
+  for (int i = 0; i < 9; ++i) ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
   EXPECT_NEAR(Metric("narwhal_retry_credits"), 1.0, 1e-9);
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
   EXPECT_EQ(Run(true).outcome.terminal, Terminal::kCompleted);
@@ -1006,14 +1017,14 @@ TEST_F(RouterTest, NoPrefillStartsWithoutAPlaceableConsumer) {
   ASSERT_TRUE(fleet_->Eject("d0", "operator test").ok());
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 503);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kBackendUnavailable);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 503);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kBackendUnavailable);
   EXPECT_TRUE(fake_.prefill_calls().empty()) << "the handoff would have been abandoned";
   EXPECT_EQ(Row(rid)["reason"], "no_engine");
   // Back in placement, the same request runs both legs.
   ASSERT_TRUE(fleet_->Readmit("d0", "operator test").ok());
   r = Run(true);
-  EXPECT_EQ(r.outcome.status, 200);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 200);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
 }
 
@@ -1023,8 +1034,8 @@ TEST_F(RouterTest, B14_NoEngineLeftEndsWithTheOriginalFailure) {
   fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 504);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kDecode);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 504);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kDecode);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "no_engine");
   EXPECT_EQ(router_->retry_budget().credits(), settings_.serving.retry_budget);
@@ -1039,7 +1050,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
   settings_.recovery.failure_quarantine_s = 5;
   Start();
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
-  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   const std::string failed = fake_.prefill_calls()[0].target.iid;
   const std::string other = failed == "p0" ? "p1" : "p0";
 
@@ -1055,7 +1066,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
 
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(1s);
-    ASSERT_EQ(Run(true).outcome.status, 200);
+    ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
     EXPECT_EQ(fake_.prefill_calls().back().target.iid, other);
   }
 
@@ -1069,11 +1080,11 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()), other);
   Result next = Run(true);
   if (fake_.prefill_calls().back().target.iid == other) {
-    EXPECT_EQ(next.outcome.status, 502);
+    EXPECT_EQ(nt::HttpStatus(next.outcome), 502);
     ASSERT_EQ(Snap(other).state, PlacementState::kQuarantined);
     next = Run(true);
   }
-  EXPECT_EQ(next.outcome.status, 200);
+  EXPECT_EQ(nt::HttpStatus(next.outcome), 200);
   EXPECT_EQ(fake_.prefill_calls().back().target.iid, failed);
 }
 
@@ -1081,14 +1092,14 @@ TEST_F(RouterTest, B15_TheLastEngineOfARoleIsNeverQuarantined) {
   settings_.recovery.failure_quarantine_s = 5;  // p0 + d0
   Start();
   fake_.QueueDecode(nt::DecodeStep::Fail(nt::EngineStatusFailure(500)));
-  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
-  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   EXPECT_EQ(Snap("d0").state, PlacementState::kServing);
   EXPECT_EQ(Snap("p0").state, PlacementState::kServing);
   EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", "d0"}}), 0);
   EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", "p0"}}), 0);
-  EXPECT_EQ(Run(true).outcome.status, 200);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 200);
 }
 
 TEST_F(RouterTest, B15_QuarantineOffByDefault) {
@@ -1096,7 +1107,7 @@ TEST_F(RouterTest, B15_QuarantineOffByDefault) {
                        Engine("d0", Role::kDecode)};
   Start();
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
-  EXPECT_EQ(Run(true).outcome.status, 502);
+  EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   for (const EngineSnapshot& s : fleet_->Snapshot()) {
     EXPECT_EQ(s.state, PlacementState::kServing) << s.settings.iid;
   }
@@ -1131,7 +1142,7 @@ TEST_F(RouterTest, B17_StreaksCountPerClassAndClearOnMatchingSuccesses) {
   EXPECT_EQ(Streak("d0", "overload"), 1);
   EXPECT_EQ(Streak("d0", "stream"), 2);
   EXPECT_EQ(Snap("d0").streak[static_cast<int>(engines::BreakerClass::kStream)], 2);
-  ASSERT_EQ(Run(true).outcome.status, 200);
+  ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
   EXPECT_EQ(Streak("d0", "stream"), 0);
   EXPECT_EQ(Streak("d0", "overload"), 1);
 
@@ -1148,7 +1159,7 @@ TEST_F(RouterTest, B17_StreaksCountPerClassAndClearOnMatchingSuccesses) {
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
   Run(true);
   EXPECT_EQ(Streak("p0", "connection"), 1);
-  ASSERT_EQ(Run(true).outcome.status, 200);
+  ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
   EXPECT_EQ(Streak("p0", "connection"), 0);
   EXPECT_EQ(Streak("p0", "timeout"), 1);
 }
@@ -1162,7 +1173,7 @@ TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
   }
   std::string held;
   for (int i = 0; i < 10 && held.empty(); ++i) {
-    EXPECT_EQ(Run(true).outcome.status, 504);
+    EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 504);
     for (const char* iid : {"d0", "d1"}) {
       if (Snap(iid).state == PlacementState::kHeld) held = iid;
     }
@@ -1174,7 +1185,7 @@ TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
   EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", held}}), 0);
   fake_.ClearQueues();
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(Run(true).outcome.status, 200);
+    ASSERT_EQ(nt::HttpStatus(Run(true).outcome), 200);
     EXPECT_EQ(fake_.decode_calls().back().target.iid, other);
   }
   bool journaled = false;
@@ -1192,8 +1203,8 @@ TEST_F(RouterTest, B17_InvalidContinuationCountsAgainstTheProducer) {
   fake_.QueueDecode(nt::DecodeStep::InvalidContinuation());
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
-  EXPECT_EQ(r.outcome.status, 502);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kDecode);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 502);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kDecode);
   EXPECT_THAT(r.outcome.message, StartsWith("invalid continuation:"));
   EXPECT_EQ(Streak("p0", "kv_handoff"), 1);
   EXPECT_EQ(Streak("d0", "kv_handoff"), 0);
@@ -1297,10 +1308,10 @@ TEST_F(RouterTest, Admission_InflightLimitRejectsAtOnceWith429) {
   Chunk c;
   ASSERT_EQ(second->Next(&c, 10s), nt::TestSink::Pop::kEnd);  // refused at once
   const Outcome& o = second->outcome();
-  EXPECT_EQ(o.status, 429);
-  EXPECT_EQ(o.error_type, ErrorType::kRateLimit);
+  EXPECT_EQ(nt::HttpStatus(o), 429);
+  EXPECT_EQ(nt::ErrorTypeOf(o), ErrorType::kRateLimit);
   EXPECT_EQ(o.terminal, Terminal::kRejected);
-  EXPECT_EQ(o.reason, "inflight_limit");
+  EXPECT_EQ(nt::ReasonOf(o), "inflight_limit");
   const json row = Row(rid);
   EXPECT_EQ(row["terminal"], "rejected");
   EXPECT_EQ(row["reason"], "inflight_limit");
@@ -1341,9 +1352,9 @@ TEST_F(RouterTest, Admission_SlotIsFreeOnceTheOutcomeIsVisible) {
   polled.set_value();
   auto next_future = next_promise.get_future();
   ASSERT_EQ(next_future.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(first->outcome().status, 200);
+  EXPECT_EQ(nt::HttpStatus(first->outcome()), 200);
   Result r = Collect(*next_future.get());
-  EXPECT_EQ(r.outcome.status, 200) << r.outcome.message;
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 200) << r.outcome.message;
   WaitIdle();
 }
 
@@ -1353,8 +1364,8 @@ TEST_F(RouterTest, Admission_SubmitAfterDrainIs503) {
   Request req = MakeRequest(true);
   const std::string rid = req.rid;
   Result r = Run(std::move(req));
-  EXPECT_EQ(r.outcome.status, 503);
-  EXPECT_EQ(r.outcome.error_type, ErrorType::kBackendUnavailable);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 503);
+  EXPECT_EQ(nt::ErrorTypeOf(r.outcome), ErrorType::kBackendUnavailable);
   EXPECT_EQ(r.outcome.terminal, Terminal::kRejected);
   EXPECT_EQ(Row(rid)["status"], 503);
   EXPECT_TRUE(fake_.prefill_calls().empty());
@@ -1434,11 +1445,7 @@ TEST_F(RouterTest, DrainReturnsWhenTheLastRequestEnds) {
 TEST_F(RouterTest, RecordRefusedJournalsAndCounts) {
   Start();
   Request req = MakeRequest(false);
-  Outcome o;
-  o.terminal = Terminal::kInvalid;
-  o.status = 400;
-  o.error_type = ErrorType::kInvalidRequest;
-  o.message = "malformed JSON";
+  const Outcome o = RefusalOutcome(Terminal::kInvalid, Reason::kInvalidRequest, "malformed JSON");
   router_->RecordRefused(req, o);
   const json row = Row(req.rid);
   EXPECT_EQ(row["terminal"], "invalid");

@@ -13,14 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 
 namespace narwhal::server {
 namespace {
 
 using engines::Api;
+using ::narwhal::testing::ErrorTypeOf;
+using ::narwhal::testing::HttpStatus;
+using ::narwhal::testing::ReasonOf;
 using json = nlohmann::json;
-using router::ErrorType;
 using router::Terminal;
 using std::chrono_literals::operator""s;
 
@@ -119,9 +122,9 @@ TEST(RefusalTableTest, EveryKindHasItsRow) {
     refusal.param = "p";
     const router::Outcome o = RefusalOutcome(refusal);
     EXPECT_EQ(o.terminal, c.terminal) << c.reason;
-    EXPECT_EQ(o.reason, c.reason);
-    EXPECT_EQ(o.status, c.status) << c.reason;
-    EXPECT_EQ(o.error_type, c.type) << c.reason;
+    EXPECT_EQ(ReasonOf(o), c.reason);
+    EXPECT_EQ(HttpStatus(o), c.status) << c.reason;
+    EXPECT_EQ(ErrorTypeOf(o), c.type) << c.reason;
     EXPECT_EQ(o.message, std::string("why ") + c.reason);
     EXPECT_FALSE(o.output_started);
     EXPECT_FALSE(o.ok());
@@ -141,7 +144,7 @@ TEST(RefusalTableTest, ValidationErrorsKeepTheirStatusAndParam) {
   EXPECT_EQ(model.kind, RefusalKind::kUnknownModel);
   EXPECT_EQ(model.message, "The model `x` does not exist.");
   EXPECT_EQ(model.param, "model");
-  EXPECT_EQ(RefusalOutcome(model).status, unknown.error.status);
+  EXPECT_EQ(HttpStatus(RefusalOutcome(model)), unknown.error.status);
 
   const ParsedRequest invalid = ValidateOpenAiBody({{"model", "m"}}, Api::kCompletions, "m");
   ASSERT_FALSE(invalid.ok);
@@ -149,7 +152,7 @@ TEST(RefusalTableTest, ValidationErrorsKeepTheirStatusAndParam) {
   EXPECT_EQ(bad.kind, RefusalKind::kInvalidRequest);
   EXPECT_EQ(bad.message, "prompt is required");
   EXPECT_EQ(bad.param, "prompt");
-  EXPECT_EQ(RefusalOutcome(bad).status, invalid.error.status);
+  EXPECT_EQ(HttpStatus(RefusalOutcome(bad)), invalid.error.status);
 }
 
 TEST_F(AdmissionTest, MissingOrWrongKeyIsRefusedBeforeTheBody) {
@@ -165,7 +168,7 @@ TEST_F(AdmissionTest, MissingOrWrongKeyIsRefusedBeforeTheBody) {
     const AdmissionResult r = Admit(admission, door, {{"model", "m"}, {"messages", json::array()}});
     ASSERT_FALSE(r.admitted());
     EXPECT_EQ(r.refusal->kind, RefusalKind::kUnauthorized);
-    EXPECT_EQ(r.outcome.status, 401);
+    EXPECT_EQ(HttpStatus(r.outcome), 401);
     EXPECT_EQ(r.outcome.terminal, Terminal::kRejected);
     EXPECT_EQ(r.outcome.message, "invalid or missing API key");
     EXPECT_EQ(r.refusal->param, "");
@@ -176,7 +179,7 @@ TEST_F(AdmissionTest, MissingOrWrongKeyIsRefusedBeforeTheBody) {
   EXPECT_EQ(book_.rows[0].request.door, router::Door::kGrpc);
   EXPECT_EQ(book_.rows[0].request.api, Api::kChatCompletions);
   EXPECT_TRUE(book_.rows[0].request.stream);
-  EXPECT_EQ(book_.rows[0].outcome.reason, "unauthorized");
+  EXPECT_EQ(ReasonOf(book_.rows[0].outcome), "unauthorized");
 }
 
 TEST_F(AdmissionTest, TheRightKeyOrNoneConfiguredIsAdmitted) {
@@ -201,11 +204,11 @@ TEST_F(AdmissionTest, UnknownModelIsModelNotFound) {
   ASSERT_FALSE(r.admitted());
   EXPECT_EQ(r.refusal->kind, RefusalKind::kUnknownModel);
   EXPECT_EQ(r.refusal->param, "model");
-  EXPECT_EQ(r.outcome.status, 404);
-  EXPECT_EQ(r.outcome.reason, "model_not_found");
+  EXPECT_EQ(HttpStatus(r.outcome), 404);
+  EXPECT_EQ(ReasonOf(r.outcome), "model_not_found");
   EXPECT_EQ(r.outcome.message, "The model `other` does not exist.");
   ASSERT_EQ(book_.rows.size(), 1u);
-  EXPECT_EQ(book_.rows[0].outcome.reason, "model_not_found");
+  EXPECT_EQ(ReasonOf(book_.rows[0].outcome), "model_not_found");
   EXPECT_EQ(book_.rows[0].request.rid, r.request.rid);
 }
 
@@ -218,8 +221,8 @@ TEST_F(AdmissionTest, InvalidBodyIsInvalidRequestWithTheBodysApi) {
   });
   ASSERT_FALSE(r.admitted());
   EXPECT_EQ(r.refusal->kind, RefusalKind::kInvalidRequest);
-  EXPECT_EQ(r.outcome.status, 400);
-  EXPECT_EQ(r.outcome.reason, "invalid_request");
+  EXPECT_EQ(HttpStatus(r.outcome), 400);
+  EXPECT_EQ(ReasonOf(r.outcome), "invalid_request");
   EXPECT_EQ(r.outcome.message, "messages is required");
   EXPECT_EQ(r.refusal->param, "messages");
   ASSERT_EQ(book_.rows.size(), 1u);
@@ -240,8 +243,8 @@ TEST_F(AdmissionTest, DoorBodyRefusalsAreJournaledAsTheyCame) {
     EXPECT_EQ(r.outcome.message, "door says no");
   }
   ASSERT_EQ(book_.rows.size(), 3u);
-  EXPECT_EQ(book_.rows[0].outcome.status, 413);
-  EXPECT_EQ(book_.rows[1].outcome.reason, "malformed_message");
+  EXPECT_EQ(HttpStatus(book_.rows[0].outcome), 413);
+  EXPECT_EQ(ReasonOf(book_.rows[1].outcome), "malformed_message");
   EXPECT_EQ(book_.rows[2].outcome.terminal, Terminal::kCancelled);
 }
 
@@ -253,11 +256,11 @@ TEST_F(AdmissionTest, RefusalsFoundByTheDoorAreJournaledWithItsRequest) {
   const AdmissionResult r =
       admission.Refuse(door, Refusal{RefusalKind::kHeadersTooLarge, "too many headers", ""});
   ASSERT_FALSE(r.admitted());
-  EXPECT_EQ(r.outcome.status, 431);
+  EXPECT_EQ(HttpStatus(r.outcome), 431);
   EXPECT_EQ(r.request.client_rid, "client-7");
   ASSERT_EQ(book_.rows.size(), 1u);
   EXPECT_EQ(book_.rows[0].request.api, Api::kChatCompletions);
-  EXPECT_EQ(book_.rows[0].outcome.reason, "headers_too_large");
+  EXPECT_EQ(ReasonOf(book_.rows[0].outcome), "headers_too_large");
 }
 
 TEST_F(AdmissionTest, ModelLimitsRunLastOnValidBodiesOnly) {
@@ -270,7 +273,7 @@ TEST_F(AdmissionTest, ModelLimitsRunLastOnValidBodiesOnly) {
   const AdmissionResult refused =
       Admit(admission, DoorRequest(), {{"model", "m"}, {"prompt", "too long"}});
   ASSERT_FALSE(refused.admitted());
-  EXPECT_EQ(refused.outcome.status, 400);
+  EXPECT_EQ(HttpStatus(refused.outcome), 400);
   EXPECT_EQ(refused.outcome.message, "prompt is longer than the model's context");
   EXPECT_EQ(refused.refusal->param, "prompt");
   EXPECT_EQ(book_.rows.size(), 2u);

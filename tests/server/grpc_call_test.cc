@@ -12,12 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 
 namespace narwhal::server {
 namespace {
 
 using engines::Api;
+using ::narwhal::testing::ErrorTypeOf;
+using ::narwhal::testing::HttpStatus;
+using ::narwhal::testing::ReasonOf;
 using std::chrono_literals::operator""s;
 using SystemClock = std::chrono::system_clock;
 
@@ -49,7 +53,7 @@ class CountingBook : public AdmissionBook {
  public:
   std::string NewRequestId() override { return "r" + std::to_string(++ids); }
   void RecordRefused(const router::Request& request, const router::Outcome& outcome) override {
-    reasons.push_back(outcome.reason);
+    reasons.push_back(ReasonOf(outcome));
     apis.push_back(request.api);
   }
   int ids = 0;
@@ -194,7 +198,7 @@ TEST(GrpcCallTest, AdmittedAsARouterRequest) {
       admission.Admit(GrpcDoorRequest(chat_call, wrong, kNoDeadline, now),
                       [&] { return GrpcDoorBody(chat_call, false, settings); });
   ASSERT_FALSE(refused.admitted());
-  EXPECT_EQ(refused.outcome.status, 401);
+  EXPECT_EQ(HttpStatus(refused.outcome), 401);
   EXPECT_EQ(book.reasons, std::vector<std::string>{"unauthorized"});
   EXPECT_EQ(book.apis, std::vector<Api>{Api::kChatCompletions});
 }

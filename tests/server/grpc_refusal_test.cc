@@ -4,20 +4,19 @@
 // sent by a generic client: each is refused with INVALID_ARGUMENT and an
 // ErrorInfo, journaled `terminal: invalid` with the status, and never
 // reaches an engine.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/sync_stream.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/impl/codegen/client_unary_call.h>
-#include <grpcpp/impl/codegen/sync_stream.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "engines/io_loops.h"
 #include "google/rpc/status.pb.h"
@@ -26,6 +25,7 @@
 #include "router/journal.h"
 #include "router/router.h"
 #include "server/inference_service.h"
+#include "server/status_table.h"
 #include "tests/fakes/fake_engine_client.h"
 
 namespace narwhal::server {
@@ -86,7 +86,7 @@ class GrpcRefusalTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
     router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
-                                               journal_.get(), 7);
+                                               journal_.get(), 7, &journal_status_);
     service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -195,6 +195,7 @@ class GrpcRefusalTest : public ::testing::Test {
   std::string journal_path_;
   std::unique_ptr<router::Journal> journal_;
   std::unique_ptr<router::Fleet> fleet_;
+  const StatusTableJournal journal_status_;
   std::unique_ptr<router::Router> router_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;

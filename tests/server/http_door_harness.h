@@ -5,26 +5,26 @@
 #ifndef NARWHAL_TESTS_SERVER_HTTP_DOOR_HARNESS_H_
 #define NARWHAL_TESTS_SERVER_HTTP_DOOR_HARNESS_H_
 
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <prometheus/registry.h>
 
 #include "engines/io_loops.h"
 #include "router/fleet.h"
 #include "router/journal.h"
 #include "router/router.h"
 #include "server/openai_shim.h"
+#include "server/status_table.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/server/raw_http_client.h"
 
@@ -104,7 +104,7 @@ class HttpDoorTest : public ::testing::Test {
       fleet_->RecordSuccess(e.iid, router::Success::kHealth);
     }
     router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
-                                               journal_.get(), 7);
+                                               journal_.get(), 7, &journal_status_);
     shim_ = std::make_unique<OpenAiShim>(settings_, *router_, *fleet_, clock_, registry_, api_key,
                                          loops_, options);
     absl::StatusOr<int> port = shim_->Bind("127.0.0.1", 0);
@@ -171,6 +171,7 @@ class HttpDoorTest : public ::testing::Test {
   std::string journal_path_;
   std::unique_ptr<router::Journal> journal_;
   std::unique_ptr<router::Fleet> fleet_;
+  const StatusTableJournal journal_status_;
   std::unique_ptr<router::Router> router_;
   std::unique_ptr<OpenAiShim> shim_;
   int port_ = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/http/generation_request.h"
+#include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 
 namespace narwhal::server {
@@ -17,6 +18,9 @@ namespace {
 
 namespace http = boost::beast::http;
 using engines::Api;
+using ::narwhal::testing::ErrorTypeOf;
+using ::narwhal::testing::HttpStatus;
+using ::narwhal::testing::ReasonOf;
 using json = nlohmann::json;
 
 HttpRequest Post(std::string_view path, const std::string& body) {
@@ -38,7 +42,7 @@ class CountingBook : public AdmissionBook {
  public:
   std::string NewRequestId() override { return "r" + std::to_string(++ids); }
   void RecordRefused(const router::Request&, const router::Outcome& outcome) override {
-    reasons.push_back(outcome.reason);
+    reasons.push_back(ReasonOf(outcome));
   }
   int ids = 0;
   std::vector<std::string> reasons;
@@ -132,7 +136,7 @@ TEST(HttpGenerationRequestTest, AdmittedAsARouterRequest) {
     return HttpDoorBody(broken, "/v1/completions", settings);
   });
   ASSERT_FALSE(refused.admitted());
-  EXPECT_EQ(refused.outcome.status, 401);
+  EXPECT_EQ(HttpStatus(refused.outcome), 401);
   EXPECT_EQ(book.reasons, std::vector<std::string>{"unauthorized"});
 }
 

@@ -179,7 +179,8 @@ TEST_F(InferenceServiceTest, B16_FailureAfterOutputSaysOutputStarted) {
   Start();
   fake_->QueuePrefill(nt::PrefillStep::Ok());
   engines::EngineFailure silent = nt::MakeEngineFailure(
-      engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream, 504,
+      engines::FailureReason::kEngineTimeout, engines::BreakerClass::kStream,
+      engines::FailureCause::kReadTimeout,
       "engine went silent between tokens: nothing arrived within the 10s read timeout", true);
   fake_->QueueDecode(nt::DecodeStep::FailAfter({nt::CompletionChunk(" a")}, silent));
   const StreamResult r = Generate(Prompt());

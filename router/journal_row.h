@@ -1,0 +1,63 @@
+// The journal row of one finished client request (SPEC §9), built once from
+// one request record.
+//
+// The row's `status`, `error_type` and attempt_failures[].status are how the
+// client saw the outcome; they come from the server's status table through
+// JournalStatus (router/outcome.h), which the server injects into the router
+// at construction (router/ holds no status numbers).
+#ifndef NARWHAL_ROUTER_JOURNAL_ROW_H_
+#define NARWHAL_ROUTER_JOURNAL_ROW_H_
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engines/engine_failure.h"
+#include "router/fleet.h"
+#include "router/handoff_labels.h"
+#include "router/outcome.h"
+#include "router/placement.h"
+#include "router/request.h"
+
+namespace narwhal::router {
+
+// One failed attempt leg, as the journal's attempt_failures[] records it.
+struct AttemptFailure {
+  int attempt = 0;
+  engines::EngineFailure failure;
+  bool output_started = false;
+  bool retry_scheduled = false;
+  std::string retry_reason;  // allowed, output_started, attempt_limit, non_transient,
+                             // original_deadline, shared_budget, no_engine, cancelled
+};
+
+// What the router learned about a request while it ran (empty for a
+// request refused before the core).
+struct RequestRecord {
+  int attempts = 0;
+  std::vector<AttemptFailure> failures;
+  std::string prefill_iid;  // of the last attempt
+  std::string decode_iid;
+  std::optional<double> tpot_s;
+  // The latest attempt's abandoned handoff, if any, and whether its release
+  // started.
+  std::optional<AbandonReason> abandoned;
+  bool released = false;
+  // Placement of the last attempt, when it placed a prefill.
+  bool placed = false;
+  PlacementInfo prefill_placement;
+  std::optional<PlacementReason> decode_placement;
+  // The latest attempt's silent-recompute evidence (router/kv_recompute.h;
+  // journal kv_recompute_suspected, kv_recompute_evidence).
+  std::optional<nlohmann::json> recompute_evidence;
+};
+
+// The row; `status` (may be null: the edge fields are then null).
+nlohmann::json JournalRow(const Request& request, const Outcome& outcome,
+                          const RequestRecord& record, double duration_s,
+                          const JournalStatus* status);
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_JOURNAL_ROW_H_
