@@ -192,8 +192,9 @@ TEST(EngineTextTest, OversizedErrorBodyIsTakenAsText) {
 // --- Failure records ------------------------------------------------------------
 
 TEST(EngineTextTest, FailureDetailsAreAlwaysValid) {
-  const EngineFailure f = MakeFailure(Phase::kDecode, "d0", FailureReason::kEngineError,
-                                      BreakerClass::kStream, 502, "bad \xC3 detail", true);
+  const EngineFailure f =
+      MakeFailure(Phase::kDecode, "d0", FailureReason::kEngineError, BreakerClass::kStream,
+                  FailureCause::kMalformedStream, "bad \xC3 detail", true);
   EXPECT_EQ(f.detail, "bad " + kFffd + " detail");
 }
 
