@@ -42,6 +42,7 @@ UNIT_TARGETS=(
   api_key_test request_limits_test config_limits_test config_loader_tls_test
   client_request_id_test process_metrics_test
   admission_test http_generation_request_test grpc_call_test
+  engine_wait_test context_limit_test access_log_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test

@@ -680,6 +680,10 @@ TEST(AdminServiceTest, WatchEventsWithoutSinceSeqStreamsOnlyNewEvents) {
 TEST(AdminServiceTest, SlowWatcherIsEndedWithoutBlockingPublishers) {
   server::AdminOptions options;
   options.watch_queue = 16;
+  // The overflow is what this test ends the stream with; the stall deadline
+  // (a separate rule, tested on its own) must not run out while a slow
+  // (sanitizer) build still publishes the flood.
+  options.watch_stall_timeout = std::chrono::seconds(60);
   AdminHarness h(AdminTestSettings(OfflineEngines()), options);
   h.fleet().PublishEvent({{"event", "test_marker"}});
   Watcher slow(h, 0);
