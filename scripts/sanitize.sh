@@ -42,7 +42,7 @@ UNIT_TARGETS=(
   api_key_test request_limits_test config_limits_test config_loader_tls_test
   client_request_id_test process_metrics_test
   admission_test http_generation_request_test grpc_call_test
-  engine_wait_test context_limit_test access_log_test
+  engine_wait_test context_limit_test access_log_test status_table_test journal_row_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test
@@ -62,6 +62,7 @@ TSAN_TARGETS=(
   beast_engine_client_fake_time_test http_door_test
   breaker_book_test fleet_prober_test idle_memory_release_test
   handoff_release_test placement_test fleet_links_test fleet_event_test readmission_test kv_recompute_test
+  status_table_test journal_row_test
 )
 
 case "$mode" in
