@@ -165,6 +165,12 @@ bool ParseRemoteHostPolicy(std::string_view name, RemoteHostPolicy* out) {
   return true;
 }
 
+std::vector<std::string_view> DescriptorRejectionReasons() {
+  std::vector<std::string_view> out = {"not_an_object"};
+  for (const Rule& rule : Rules()) out.emplace_back(rule.reason);
+  return out;
+}
+
 DescriptorRejection CheckDescriptor(const json& descriptor, const ProducerIdentity& producer,
                                     RemoteHostPolicy policy) {
   if (!descriptor.is_object() || descriptor.empty()) {

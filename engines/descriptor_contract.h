@@ -32,6 +32,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -65,6 +66,9 @@ struct DescriptorRejection {
   std::string detail;
   bool ok() const { return reason.empty(); }
 };
+
+// Every reason CheckDescriptor can return: not_an_object, then each rule's.
+std::vector<std::string_view> DescriptorRejectionReasons();
 
 // The first rule `descriptor` breaks, or an ok() rejection.
 DescriptorRejection CheckDescriptor(const nlohmann::json& descriptor,

@@ -117,7 +117,7 @@ class EngineClient {
                                   double timeout_s) = 0;
 };
 
-// The same port as coroutines on the event loops (engines/io_loops.h): a leg
+// The same port as coroutines on the event loops (engines/http/io_loops.h): a leg
 // runs on the executor of the coroutine that awaits it and never blocks it.
 // Parameters passed by value live in the coroutine; references must outlive
 // the awaited call. SyncEngineClient (engines/sync_engine_client.h) runs these

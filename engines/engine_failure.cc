@@ -1,5 +1,7 @@
 #include "engines/engine_failure.h"
 
+#include "engines/descriptor_contract.h"
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -213,6 +215,12 @@ std::string_view FailureReasonName(FailureReason r) {
       return "cancelled";
   }
   return "engine_error";
+}
+
+std::vector<std::string_view> HandoffRejectionReasons() {
+  std::vector<std::string_view> out = DescriptorRejectionReasons();
+  out.insert(out.end(), {"connector_mismatch", "endpoint_mismatch", "reused_handoff"});
+  return out;
 }
 
 }  // namespace narwhal::engines

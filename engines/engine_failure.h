@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace narwhal::engines {
 
@@ -47,6 +48,12 @@ enum class FailureReason {
   kCancelled,          // the client went away (B19)
 };
 std::string_view FailureReasonName(FailureReason r);  // "engine_unreachable", ...
+inline constexpr FailureReason kFailureReasons[] = {
+    FailureReason::kEngineUnreachable, FailureReason::kEngineConnection,
+    FailureReason::kEngineTimeout,     FailureReason::kEngineOverloaded,
+    FailureReason::kEngineRejected,    FailureReason::kEngineError,
+    FailureReason::kInvalidResponse,   FailureReason::kDeadline,
+    FailureReason::kHandoffExpired,    FailureReason::kCancelled};
 
 // What exactly happened within a reason (the sub-reason).
 enum class FailureCause {
@@ -93,6 +100,10 @@ struct EngineFailure {
   // "reused_handoff"), else empty.
   std::string handoff_rejection;
 };
+
+// Every handoff_rejection a leg can report: the descriptor contract's rules,
+// the connector's (connector_mismatch, endpoint_mismatch) and reused_handoff.
+std::vector<std::string_view> HandoffRejectionReasons();
 
 // A failure record with the given fields; the breaker evidence counts
 // against `iid` unless the class is kNone. `detail` is made well-formed

@@ -1,4 +1,5 @@
-// Classification of one decode-stream event (B11, B12).
+// What one decode-stream event is (B11, B12): the engine port's view of a
+// chunk. engines/http/stream_classifier.h reads one off the wire.
 //
 // Every `data:` payload of an upstream OpenAI/vLLM stream is exactly one of:
 //   kDone      - the literal `[DONE]` terminator;
@@ -20,14 +21,9 @@
 // n = 1). The classifier reports what it saw (StreamEvent::choices,
 // stray_choice_index); ChoiceBoundError() names a violation, which fails the
 // leg (kResponseBound) before the chunk reaches anyone.
-//
-// The classifier scans the payload once with simdjson On-Demand (no DOM),
-// validating all of it but copying out only what is listed in StreamEvent, and
-// reuses the caller's StreamEvent buffers: this runs for every relayed chunk.
 #ifndef NARWHAL_ENGINES_STREAM_EVENT_H_
 #define NARWHAL_ENGINES_STREAM_EVENT_H_
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,35 +65,6 @@ struct StreamEvent {
 
 // Why `event` breaks the choice bounds (kMaxChoices), or "" when it does not.
 std::string ChoiceBoundError(const StreamEvent& event);
-
-// A reusable classifier: one per stream (or leg), used for each of its events.
-// It owns a simdjson On-Demand parser and a padded copy of the payload (simdjson
-// reads up to 64 bytes past the input), both sized to the largest payload seen
-// and kept, so steady-state classification does not allocate. Buffers grown
-// past 64 KiB by an unusually large payload are released after it.
-//
-// Not thread-safe: use one classifier per thread at a time.
-class StreamClassifier {
- public:
-  StreamClassifier();
-  ~StreamClassifier();
-  StreamClassifier(StreamClassifier&&) noexcept;
-  StreamClassifier& operator=(StreamClassifier&&) noexcept;
-  StreamClassifier(const StreamClassifier&) = delete;
-  StreamClassifier& operator=(const StreamClassifier&) = delete;
-
-  // Classifies `data` (one SSE event's payload) into `*event` (cleared first).
-  // Never throws; any input, however hostile, yields one of the kinds above.
-  void Classify(std::string_view data, StreamEvent* event);
-
- private:
-  struct Parser;
-  std::unique_ptr<Parser> parser_;
-};
-
-// Classifies `data` into `*event` with a classifier owned by the calling
-// thread. Thread-safe; a stream that owns a StreamClassifier should use it.
-void ClassifyEvent(std::string_view data, StreamEvent* event);
 
 }  // namespace narwhal::engines
 

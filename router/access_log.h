@@ -16,7 +16,7 @@
 // table was given.
 //
 // Never slows the data plane: Record() builds the line and hands it to a
-// bounded queue written by the log's own thread (router/journal.h's
+// bounded queue written by the log's own thread (router/common/journal.h's
 // writer). When `max_pending_lines` are waiting, further lines are dropped
 // and counted (dropped()), with one warning per run of drops.
 #ifndef NARWHAL_ROUTER_ACCESS_LOG_H_
@@ -31,7 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "router/journal.h"
+#include "router/common/journal.h"
 #include "router/journal_row.h"
 #include "router/outcome.h"
 #include "router/request.h"

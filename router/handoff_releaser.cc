@@ -8,7 +8,7 @@
 #include <optional>
 #include <utility>
 
-#include "router/log.h"
+#include "router/common/log.h"
 
 namespace narwhal::router {
 namespace {

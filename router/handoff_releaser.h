@@ -38,11 +38,11 @@
 
 #include "engines/cancel_token.h"
 #include "engines/engine_client.h"
-#include "router/clock.h"
-#include "router/fleet.h"
-#include "router/handoff_labels.h"
-#include "router/metrics.h"
-#include "router/settings.h"
+#include "router/common/clock.h"
+#include "router/common/handoff_labels.h"
+#include "router/common/metrics.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 
 namespace narwhal::router {
 

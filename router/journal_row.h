@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "engines/engine_failure.h"
-#include "router/fleet.h"
-#include "router/handoff_labels.h"
+#include "router/common/handoff_labels.h"
+#include "router/fleet/fleet.h"
+#include "router/fleet/placement.h"
 #include "router/outcome.h"
-#include "router/placement.h"
 #include "router/request.h"
 
 namespace narwhal::router {
@@ -48,7 +48,7 @@ struct RequestRecord {
   bool placed = false;
   PlacementInfo prefill_placement;
   std::optional<PlacementReason> decode_placement;
-  // The latest attempt's silent-recompute evidence (router/kv_recompute.h;
+  // The latest attempt's silent-recompute evidence (router/fleet/kv_recompute.h;
   // journal kv_recompute_suspected, kv_recompute_evidence).
   std::optional<nlohmann::json> recompute_evidence;
 };

@@ -20,6 +20,9 @@ namespace narwhal::router {
 // Journal `terminal` (SPEC §9).
 enum class Terminal { kCompleted, kFailed, kRejected, kExpired, kInvalid, kCancelled };
 std::string_view TerminalName(Terminal t);
+inline constexpr Terminal kTerminals[] = {Terminal::kCompleted, Terminal::kFailed,
+                                          Terminal::kRejected,  Terminal::kExpired,
+                                          Terminal::kInvalid,   Terminal::kCancelled};
 
 // Journal `reason` (SPEC §9): why a request did not complete.
 enum class Reason {

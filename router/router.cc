@@ -12,10 +12,10 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "router/assembler.h"
+#include "router/common/log.h"
 #include "router/context_limit.h"
-#include "router/kv_recompute.h"
-#include "router/log.h"
-#include "router/prefix_index.h"
+#include "router/fleet/kv_recompute.h"
+#include "router/fleet/prefix_index.h"
 
 namespace narwhal::router {
 namespace {
@@ -410,7 +410,7 @@ class Router::Run {
     return false;
   }
 
-  // Silent recompute (router/kv_recompute.h): a crossed decode whose usage
+  // Silent recompute (router/fleet/kv_recompute.h): a crossed decode whose usage
   // says its consumer computed the prompt again; the answer is not failed.
   void NoteRecompute(const std::string& producer, const std::string& consumer,
                      const engines::DecodeOutcome& decode, const AttemptRelay& relay) {
@@ -510,7 +510,38 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
       releaser_(settings, engines, fleet, clock, metrics),
       rng_(seed) {
-  if (metrics_ != nullptr) metrics_->retry_credits.Set(retry_budget_.credits());
+  if (metrics_ != nullptr) {
+    metrics_->retry_credits.Set(retry_budget_.credits());
+    ExportSeriesAtZero();
+  }
+}
+
+void Router::ExportSeriesAtZero() {
+  for (engines::Api api : {engines::Api::kCompletions, engines::Api::kChatCompletions}) {
+    for (Door door : {Door::kHttp, Door::kGrpc}) {
+      for (Terminal terminal : kTerminals) {
+        metrics_->requests_total.Add({{"api", std::string(engines::ApiLabel(api))},
+                                      {"door", std::string(DoorName(door))},
+                                      {"terminal", std::string(TerminalName(terminal))}});
+      }
+    }
+  }
+  // Attempt failures only for the phases each engine's role runs.
+  for (const EngineSettings& e : settings_.engines) {
+    for (engines::Phase phase : {engines::Phase::kPrefill, engines::Phase::kDecode}) {
+      if (!(phase == engines::Phase::kPrefill ? CanPrefill(e.role) : CanDecode(e.role))) continue;
+      for (FailureReason reason : engines::kFailureReasons) {
+        metrics_->attempt_failures_total.Add(
+            {{"phase", std::string(engines::PhaseName(phase))},
+             {"reason", std::string(engines::FailureReasonName(reason))},
+             {"iid", e.iid}});
+      }
+    }
+  }
+  metrics_->handoff_rejected_total.Add({{"reason", "expired"}});
+  for (std::string_view reason : engines::HandoffRejectionReasons()) {
+    metrics_->handoff_rejected_total.Add({{"reason", std::string(reason)}});
+  }
 }
 
 Router::~Router() {

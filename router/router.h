@@ -31,17 +31,17 @@
 
 #include "engines/engine_client.h"
 #include "router/access_log.h"
-#include "router/clock.h"
-#include "router/fleet.h"
+#include "router/common/clock.h"
+#include "router/common/journal.h"
+#include "router/common/metrics.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 #include "router/handoff_releaser.h"
-#include "router/journal.h"
 #include "router/journal_row.h"
-#include "router/metrics.h"
 #include "router/outcome.h"
 #include "router/request.h"
 #include "router/response_sink.h"
 #include "router/retry_budget.h"
-#include "router/settings.h"
 
 namespace narwhal::router {
 
@@ -94,6 +94,8 @@ class Router {
   void Finish(const Request& request, ResponseSink& sink, Outcome outcome,
               const RequestRecord& record);
   void CountRequest(const Request& request, const Outcome& outcome);  // requests_total
+  // Every label combination of the request counters at zero from the start.
+  void ExportSeriesAtZero();
   // The request's one journal row, built from its one record.
   void WriteJournal(const Request& request, const Outcome& outcome, const RequestRecord& record,
                     double duration_s);

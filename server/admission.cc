@@ -73,13 +73,8 @@ DoorBody DoorBodyFrom(engines::Api api, ParsedRequest parsed) {
 }
 
 RequestAdmission::RequestAdmission(const router::Settings& settings, const engines::Clock& clock,
-                                   std::string api_key, AdmissionBook& book,
-                                   const ModelLimits* model_limits)
-    : settings_(settings),
-      clock_(clock),
-      api_key_(std::move(api_key)),
-      book_(book),
-      model_limits_(model_limits) {}
+                                   std::string api_key, AdmissionBook& book)
+    : settings_(settings), clock_(clock), api_key_(std::move(api_key)), book_(book) {}
 
 bool RequestAdmission::Authorized(std::optional<std::string_view> authorization) const {
   if (api_key_.empty()) return true;
@@ -127,11 +122,6 @@ AdmissionResult RequestAdmission::Admit(const DoorRequest& door,
   if (translated.refusal) return Refused(std::move(r), std::move(*translated.refusal));
   r.stream = translated.stream;
   r.body = std::move(translated.body);
-  if (model_limits_ != nullptr) {
-    if (std::optional<Refusal> refusal = model_limits_->Check(r)) {
-      return Refused(std::move(r), std::move(*refusal));
-    }
-  }
   AdmissionResult result;
   result.request = std::move(r);
   return result;

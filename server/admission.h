@@ -9,7 +9,10 @@
 //   2. the door's body: its size and framing refusals, and the validation
 //      every body meets (server/openai_request: shape, the served model —
 //      an unknown one is RefusalKind::kUnknownModel — and the `limits`);
-//   3. the model's limits (ModelLimits, a seam; none by default);
+//
+// The model's own limit (max_tokens against max_model_len) is checked once
+// the fleet is known, in Router::Serve (router/context_limit), which both
+// doors reach.
 //
 // and returns the router::Request for the core, or a typed Refusal that is
 // already journaled (Router::RecordRefused) and counted. Each door renders
@@ -30,9 +33,9 @@
 
 #include "engines/api.h"
 #include "engines/clock.h"
+#include "router/common/settings.h"
 #include "router/outcome.h"
 #include "router/request.h"
-#include "router/settings.h"
 #include "server/openai_request.h"
 
 namespace narwhal::router {
@@ -88,14 +91,6 @@ class RouterBook final : public AdmissionBook {
   router::Router& router_;
 };
 
-// The model's own limits on a request that passed validation (for example
-// its prompt against the engine's context length). A refusal, or nullopt.
-class ModelLimits {
- public:
-  virtual ~ModelLimits() = default;
-  virtual std::optional<Refusal> Check(const router::Request& request) const = 0;
-};
-
 // A generation request as a door received it, in no door's wire format.
 // The views must outlive the Admit call.
 struct DoorRequest {
@@ -133,10 +128,9 @@ struct AdmissionResult {
 
 class RequestAdmission {
  public:
-  // `api_key` empty = no client authentication. `model_limits` may be null.
+  // `api_key` empty = no client authentication.
   RequestAdmission(const router::Settings& settings, const engines::Clock& clock,
-                   std::string api_key, AdmissionBook& book,
-                   const ModelLimits* model_limits = nullptr);
+                   std::string api_key, AdmissionBook& book);
 
   // Whether `authorization` carries the API key (always true without one).
   bool Authorized(std::optional<std::string_view> authorization) const;
@@ -157,7 +151,6 @@ class RequestAdmission {
   const engines::Clock& clock_;
   const std::string api_key_;
   AdmissionBook& book_;
-  const ModelLimits* const model_limits_;
 };
 
 }  // namespace narwhal::server

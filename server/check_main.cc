@@ -14,14 +14,14 @@
 #include <string>
 #include <thread>
 
-#include "version/build_info.h"
 #include "engines/http/standalone_engine_client.h"
-#include "router/clock.h"
-#include "router/engine_wait.h"
-#include "router/preflight.h"
+#include "router/common/clock.h"
+#include "router/fleet/engine_wait.h"
+#include "router/fleet/preflight.h"
 #include "server/config_loader.h"
 #include "server/engine_options.h"
 #include "server/runtime_tuning.h"
+#include "version/build_info.h"
 
 namespace narwhal::server {
 namespace {

@@ -2,7 +2,9 @@
 //
 // The schema is proto/narwhal/config/v1/config.proto: its messages are the
 // file's objects, its field names the keys, its (doc) options the defaults,
-// bounds and accepted values. A file is read in three steps:
+// bounds and accepted values. A file is read in three steps, each in its own
+// file of server/config/ (json_syntax, schema_check, validate with fields and
+// address_rules; error_report words every message):
 //  1. Syntax: the text must be one JSON object nesting at most 128 levels
 //     (engines/json_limits.h); a key that appears twice in one object is an
 //     error. JSON syntax errors read `config: invalid JSON at line L,
@@ -46,7 +48,7 @@
 #include "absl/status/statusor.h"
 #include "narwhal/config/v1/config.pb.h"
 #include "nlohmann/json.hpp"
-#include "router/settings.h"
+#include "router/common/settings.h"
 
 namespace google::protobuf {
 class Struct;

@@ -10,7 +10,7 @@
 #include <absl/status/statusor.h>
 
 #include "engines/sim/sim_engine.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 
 namespace narwhal::server {
 

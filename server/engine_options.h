@@ -5,7 +5,7 @@
 #include <string>
 
 #include "engines/http/http_options.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 
 namespace narwhal::server {
 

@@ -14,7 +14,7 @@
 #include <map>
 
 #include "narwhal/v1/inference.pb.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 #include "server/admission.h"
 #include "server/grpc_request.h"
 

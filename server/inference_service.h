@@ -23,12 +23,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "engines/io_loops.h"
+#include "engines/http/io_loops.h"
 #include "narwhal/v1/inference.grpc.pb.h"
-#include "router/clock.h"
+#include "router/common/clock.h"
+#include "router/common/settings.h"
 #include "router/outcome.h"
 #include "router/router.h"
-#include "router/settings.h"
 #include "server/admission.h"
 
 namespace narwhal::server {

@@ -1,9 +1,9 @@
 // Process logging for the front doors and binaries: the router's one log
-// (router/log.h), under the server namespace.
+// (router/common/log.h), under the server namespace.
 #ifndef NARWHAL_SERVER_LOG_H_
 #define NARWHAL_SERVER_LOG_H_
 
-#include "router/log.h"
+#include "router/common/log.h"
 
 namespace narwhal::server {
 

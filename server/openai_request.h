@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 
 namespace narwhal::server {
 

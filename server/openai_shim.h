@@ -29,10 +29,10 @@
 #include <prometheus/registry.h>
 
 #include "engines/clock.h"
-#include "engines/io_loops.h"
-#include "router/fleet.h"
+#include "engines/http/io_loops.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "router/settings.h"
 #include "server/http/http_door_options.h"
 
 namespace narwhal::server {

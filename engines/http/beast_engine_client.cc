@@ -22,11 +22,12 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
-#include "engines/connector.h"
 #include "engines/http/connection_pool.h"
+#include "engines/http/connector.h"
 #include "engines/http/leg_timer.h"
+#include "engines/http/sse_reader.h"
+#include "engines/http/stream_classifier.h"
 #include "engines/json_limits.h"
-#include "engines/sse_reader.h"
 
 namespace narwhal::engines {
 namespace {

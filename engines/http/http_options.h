@@ -28,7 +28,7 @@ struct HttpEngineClientOptions {
   size_t max_header_bytes = 64 * 1024;
   // Most header fields (plus trailer fields) accepted in one engine response.
   int max_header_fields = 100;
-  // Largest SSE event of a decode stream (engines/sse_reader.h).
+  // Largest SSE event of a decode stream (engines/http/sse_reader.h).
   size_t max_event_bytes = 16 * 1024 * 1024;
   // Idle keep-alive connections kept per engine on each event loop.
   size_t max_idle_connections = 256;

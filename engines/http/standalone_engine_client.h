@@ -9,7 +9,7 @@
 
 #include "engines/clock.h"
 #include "engines/http/beast_engine_client.h"
-#include "engines/io_loops.h"
+#include "engines/http/io_loops.h"
 #include "engines/sync_engine_client.h"
 
 namespace narwhal::engines {

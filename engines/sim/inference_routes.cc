@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engines/peer_socket.h"
+#include "engines/json_limits.h"
 #include "engines/sim/generation.h"
 #include "engines/sim/kv_pull.h"
-#include "engines/json_limits.h"
 #include "engines/sim/openai_request.h"
+#include "engines/sim/peer_socket.h"
 #include "engines/sim/recording.h"
 #include "engines/sim/responses.h"
 #include "engines/sim/routes.h"

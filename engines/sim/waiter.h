@@ -7,7 +7,7 @@
 #define NARWHAL_ENGINES_SIM_WAITER_H_
 
 #include "absl/time/time.h"
-#include "engines/peer_socket.h"
+#include "engines/sim/peer_socket.h"
 #include "engines/sim/stop_signal.h"
 
 namespace narwhal::sim {

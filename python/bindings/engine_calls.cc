@@ -12,7 +12,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "engines/connector.h"
+#include "engines/http/connector.h"
 
 namespace narwhal::python {
 namespace {

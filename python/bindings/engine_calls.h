@@ -36,7 +36,7 @@
 #include "engines/engine_failure.h"
 #include "engines/http/beast_engine_client.h"
 #include "engines/http/http_options.h"
-#include "engines/io_loops.h"
+#include "engines/http/io_loops.h"
 #include "engines/prefill_result.h"
 #include "router/assembler.h"
 

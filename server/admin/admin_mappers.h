@@ -1,4 +1,4 @@
-// Fleet views (router/fleet.h snapshots, events, preflight reports) to the
+// Fleet views (router/fleet/fleet.h snapshots, events, preflight reports) to the
 // admin API's messages (narwhal.admin.v1). Pure: no locks, no I/O.
 #ifndef NARWHAL_SERVER_ADMIN_ADMIN_MAPPERS_H_
 #define NARWHAL_SERVER_ADMIN_ADMIN_MAPPERS_H_
@@ -7,14 +7,14 @@
 #include <string>
 
 #include "narwhal/admin/v1/admin.pb.h"
-#include "router/fleet.h"
-#include "router/fleet_event_counts.h"
-#include "router/preflight.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_event_counts.h"
+#include "router/fleet/preflight.h"
 
 namespace narwhal::server {
 
-// An event in its wire form (router/fleet_event.h) to Event; every field
+// An event in its wire form (router/fleet/fleet_event.h) to Event; every field
 // also goes to Event.fields.
 void FillEvent(const nlohmann::json& event, narwhal::admin::v1::Event* out);
 void FillEngine(const router::EngineSnapshot& s, narwhal::admin::v1::Engine* out);

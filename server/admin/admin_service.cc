@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "router/readmission.h"
+#include "router/fleet/readmission.h"
 #include "server/admin/admin_callbacks.h"
 #include "server/admin/admin_mappers.h"
 #include "server/admin/struct_codec.h"
@@ -119,7 +119,7 @@ router::PreflightReport AdminService::Preflight(router::PairMode pairs,
 
 grpc::Status AdminService::Readmit(const std::string& iid, pb::ReadmitEngineResponse* out) {
   // The policy (which validation, which evidence) is the fleet's
-  // (router/readmission.h); this maps its result.
+  // (router/fleet/readmission.h); this maps its result.
   const bool pinned = settings_.engine_contract.has_value();
   absl::StatusOr<router::ReadmitResult> r =
       router::ValidateAndReadmit(fleet_, prober_, iid, pinned);

@@ -3,14 +3,14 @@
 // message mappers are server/admin/admin_mappers.h, the shared callback
 // helpers server/admin/admin_callbacks.h, the WatchEvents stream
 // server/admin/watch_reactor.cc. Event counts and the readmission policy
-// are the fleet's (router/fleet_event_counts.h, router/readmission.h).
+// are the fleet's (router/fleet/fleet_event_counts.h, router/fleet/readmission.h).
 //
 // A callback-API service: reactors never block. Reads (engines, breakers,
 // quarantine, config, the last preflight report) answer from Fleet
 // snapshots inline. RPCs that do engine I/O — RunPreflight (B18) and
 // ReadmitEngine (the validation of B17) — run on a small worker pool owned
 // by the service and finish from there. WatchEvents opens a bounded EventBus
-// watcher (router/event_bus.h): publishing only appends to its buffer and
+// watcher (router/fleet/event_bus.h): publishing only appends to its buffer and
 // wakes the stream's reactor, which keeps one write in flight, so a slow
 // watcher never blocks the publishers (client requests, the fleet monitor).
 // At most AdminOptions::max_watchers streams are open (one more is refused
@@ -38,13 +38,13 @@
 
 #include "engines/engine_client.h"
 #include "narwhal/admin/v1/admin.grpc.pb.h"
-#include "router/clock.h"
-#include "router/event_bus.h"
-#include "router/fleet.h"
-#include "router/preflight.h"
-#include "router/prober.h"
-#include "router/settings.h"
-#include "router/worker_pool.h"
+#include "router/common/clock.h"
+#include "router/common/settings.h"
+#include "router/fleet/event_bus.h"
+#include "router/fleet/fleet.h"
+#include "router/fleet/preflight.h"
+#include "router/fleet/prober.h"
+#include "router/fleet/worker_pool.h"
 
 namespace narwhal::server {
 

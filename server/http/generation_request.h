@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "engines/api.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 #include "server/admission.h"
 #include "server/http/routes.h"
 

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "engines/api.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 
 namespace narwhal::server {
 

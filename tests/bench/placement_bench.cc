@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "router/fleet.h"
-#include "router/metrics.h"
-#include "router/prefix_index.h"
+#include "router/common/metrics.h"
+#include "router/fleet/fleet.h"
+#include "router/fleet/prefix_index.h"
 
 namespace narwhal::router {
 namespace {

@@ -10,7 +10,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "engines/sse_reader.h"
+#include "engines/http/sse_reader.h"
+#include "engines/http/stream_classifier.h"
 #include "engines/stream_event.h"
 
 namespace narwhal::engines {

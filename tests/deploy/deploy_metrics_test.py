@@ -97,6 +97,14 @@ class DeployMetricsTest(unittest.TestCase):
                      "narwhal_engine_ejections_total", "narwhal_engine_readmissions_total"):
             self.assertIn(name, self.exported)
 
+    def test_help_texts_are_plain_words(self):
+        # HELP names what is counted, never a behaviour or spec number.
+        helps = re.findall(r"^# HELP (\S+) (.*)$", self.exposition, re.M)
+        self.assertGreater(len(helps), 30)
+        for name, text in helps:
+            self.assertNotRegex(text, r"\bB\d+\b|§|SPEC", name)
+            self.assertTrue(text.strip(), name)
+
     def test_dashboard_uses_only_exported_metrics(self):
         used = dashboard_names()
         self.assertGreater(len(used), 15, used)

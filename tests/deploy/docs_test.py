@@ -20,7 +20,7 @@ from serve_process import ServeProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ("behaviours.md", "configuration.md", "operations.md", "troubleshooting.md",
-        "sim-faults.md")
+        "sim-faults.md", "architecture.md")
 
 
 def read(path):

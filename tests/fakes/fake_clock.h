@@ -35,7 +35,10 @@ class FakeClock : public engines::Clock {
 
   explicit FakeClock(engines::MonoTime start = engines::MonoClock::now(),
                      double wall_start = 1.7e9)
-      : now_(start), wall_(wall_start) {}
+      : start_(start), now_(start), wall_(wall_start) {}
+
+  // The time the clock was built at.
+  engines::MonoTime start() const { return start_; }
 
   engines::MonoTime Now() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -75,6 +78,7 @@ class FakeClock : public engines::Clock {
     }
     FireDue();
   }
+  void Advance(double seconds) { Advance(engines::FromSeconds(seconds)); }
 
   // Moves time to the earliest pending timer's deadline and fires it (and
   // any other due timer). False when no timer is pending.
@@ -191,6 +195,7 @@ class FakeClock : public engines::Clock {
   mutable std::mutex mu_;
   std::vector<Wait> waits_;
   uint64_t next_timer_ = 0;
+  const engines::MonoTime start_;
   mutable engines::MonoTime now_;
   mutable double wall_;
   mutable std::vector<Duration> sleeps_;

@@ -49,6 +49,7 @@
 #include "engines/cancel_token.h"
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
+#include "engines/http/stream_classifier.h"
 #include "engines/prefill_result.h"
 #include "engines/stream_event.h"
 #include "tests/fakes/fake_clock.h"

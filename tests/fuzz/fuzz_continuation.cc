@@ -1,4 +1,4 @@
-// The KV handoff descriptor rules of engines/connector.h (B2, B3, B4, B5) on
+// The KV handoff descriptor rules of engines/http/connector.h (B2, B3, B4, B5) on
 // arbitrary JSON read with the project's bounded parser (engines::ParseJson):
 // ValidateDescriptorShape, ValidateContinuation on a PrefillResult holding
 // the document, ExtractDescriptor on the two places a descriptor may sit,
@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
-#include "engines/connector.h"
+#include "engines/http/connector.h"
 #include "engines/json_limits.h"
 #include "engines/prefill_result.h"
 #include "tests/fuzz/fuzz_check.h"

@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 #include "server/config_loader.h"
 #include "tests/fuzz/fuzz_check.h"
 

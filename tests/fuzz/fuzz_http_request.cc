@@ -43,7 +43,7 @@
 #include <boost/system/system_error.hpp>
 
 #include "engines/api.h"
-#include "router/settings.h"
+#include "router/common/settings.h"
 #include "server/http/http_door_options.h"
 #include "server/http/request_parser.h"
 #include "server/http/routes.h"

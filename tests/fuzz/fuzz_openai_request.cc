@@ -7,7 +7,7 @@
 // message; an accepted body is an object naming the served model, carries no
 // kv_transfer_params, has the prompt (completions) or messages (chat) the
 // API needs, reports `stream` as the body says, serialises, stays within the
-// depth bound, builds valid prefill and decode legs (engines/connector.h),
+// depth bound, builds valid prefill and decode legs (engines/http/connector.h),
 // and validating its serialised form again accepts it unchanged (the gRPC
 // door re-validates bodies through ValidateOpenAiBody, so the rules must be
 // idempotent).
@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
-#include "engines/connector.h"
+#include "engines/http/connector.h"
 #include "engines/json_limits.h"
 #include "server/openai_request.h"
 #include "tests/fuzz/fuzz_check.h"

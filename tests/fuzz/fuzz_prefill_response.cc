@@ -29,8 +29,8 @@
 #include <string_view>
 
 #include "engines/api.h"
-#include "engines/connector.h"
 #include "engines/engine_failure.h"
+#include "engines/http/connector.h"
 #include "engines/json_limits.h"
 #include "engines/prefill_result.h"
 #include "server/status_table.h"

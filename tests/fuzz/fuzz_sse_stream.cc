@@ -34,8 +34,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engines/http/sse_reader.h"
+#include "engines/http/stream_classifier.h"
 #include "engines/json_limits.h"
-#include "engines/sse_reader.h"
 #include "engines/stream_event.h"
 #include "tests/fuzz/fuzz_check.h"
 

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "engines/io_loops.h"
-#include "router/fleet.h"
-#include "router/metrics.h"
+#include "engines/http/io_loops.h"
+#include "router/common/metrics.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
 #include "server/status_table.h"
 #include "tests/fakes/fake_clock.h"

@@ -12,12 +12,12 @@
 #include <memory>
 #include <string>
 
-#include "engines/io_loops.h"
-#include "router/fleet.h"
-#include "router/journal.h"
-#include "router/metrics.h"
+#include "engines/http/io_loops.h"
+#include "router/common/journal.h"
+#include "router/common/metrics.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "router/settings.h"
 #include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"

@@ -1,6 +1,6 @@
 // What a client gets when an engine's answer is hostile: the router core with
 // the real HTTP adapter (BeastEngineClient) against scripted loopback engines
-// (tests/engines/raw_engine.h).
+// (tests/engines/http/raw_engine.h).
 //  - An engine 4xx whose body holds invalid UTF-8, or a multibyte message cut
 //    by the length bound, ends the request with the engine's status (B10),
 //    `invalid_request_error`, and a well-formed UTF-8 message that
@@ -22,13 +22,13 @@
 
 #include "engines/engine_failure.h"
 #include "engines/http/beast_engine_client.h"
-#include "engines/io_loops.h"
-#include "router/fleet.h"
-#include "router/journal.h"
-#include "router/metrics.h"
+#include "engines/http/io_loops.h"
+#include "router/common/journal.h"
+#include "router/common/metrics.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "router/settings.h"
-#include "tests/engines/raw_engine.h"
+#include "tests/engines/http/raw_engine.h"
 #include "tests/fakes/edge_status.h"
 #include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"

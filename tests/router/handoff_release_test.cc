@@ -17,13 +17,13 @@
 #include <thread>
 #include <vector>
 
-#include "engines/io_loops.h"
-#include "router/fleet.h"
+#include "engines/http/io_loops.h"
+#include "router/common/journal.h"
+#include "router/common/metrics.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 #include "router/handoff_releaser.h"
-#include "router/journal.h"
-#include "router/metrics.h"
 #include "router/router.h"
-#include "router/settings.h"
 #include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"

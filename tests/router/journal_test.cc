@@ -2,7 +2,7 @@
 // thread, in order and as whole lines; a full queue drops and counts rows;
 // Flush() and the destructor drain; write errors are survived. The writer is
 // held or failed through the write seam or a FIFO nobody reads — no sleeps.
-#include "router/journal.h"
+#include "router/common/journal.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

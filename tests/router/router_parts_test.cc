@@ -9,13 +9,13 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
-#include "router/breaker_book.h"
-#include "router/fleet.h"
-#include "router/metrics.h"
-#include "router/placement.h"
+#include "router/common/metrics.h"
+#include "router/common/settings.h"
+#include "router/fleet/breaker_book.h"
+#include "router/fleet/fleet.h"
+#include "router/fleet/placement.h"
+#include "router/fleet/worker_pool.h"
 #include "router/retry_budget.h"
-#include "router/settings.h"
-#include "router/worker_pool.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/router/test_util.h"
 

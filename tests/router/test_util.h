@@ -15,10 +15,13 @@ namespace narwhal::testing {
 
 inline constexpr double kNoSeries = -1;
 
-// The value of the series of `name` whose labels include `labels`: a counter's
-// or gauge's value, a histogram's sample count. kNoSeries when absent.
+// The sum over the series of `name` whose labels include `labels` (as
+// PromQL's sum() would): counters' or gauges' values, histograms' sample
+// counts. kNoSeries when no series matches.
 inline double MetricValue(prometheus::Registry& registry, const std::string& name,
                           const std::map<std::string, std::string>& labels = {}) {
+  double sum = 0;
+  bool found_any = false;
   for (const prometheus::MetricFamily& family : registry.Collect()) {
     if (family.name != name) continue;
     for (const prometheus::ClientMetric& m : family.metric) {
@@ -29,19 +32,24 @@ inline double MetricValue(prometheus::Registry& registry, const std::string& nam
         match = match && found;
       }
       if (!match) continue;
+      found_any = true;
       switch (family.type) {
         case prometheus::MetricType::Counter:
-          return m.counter.value;
+          sum += m.counter.value;
+          break;
         case prometheus::MetricType::Gauge:
-          return m.gauge.value;
+          sum += m.gauge.value;
+          break;
         case prometheus::MetricType::Histogram:
-          return static_cast<double>(m.histogram.sample_count);
+          sum += static_cast<double>(m.histogram.sample_count);
+          break;
         default:
-          return m.untyped.value;
+          sum += m.untyped.value;
+          break;
       }
     }
   }
-  return kNoSeries;
+  return found_any ? sum : kNoSeries;
 }
 
 // A histogram's sample sum (kNoSeries when absent).

@@ -44,21 +44,6 @@ class FakeBook : public AdmissionBook {
   int ids_ = 0;
 };
 
-// Refuses every request whose prompt is "too long"; counts its calls.
-class FakeModelLimits : public ModelLimits {
- public:
-  std::optional<Refusal> Check(const router::Request& request) const override {
-    ++calls;
-    if (request.body.value("prompt", "") != "too long") return std::nullopt;
-    Refusal r;
-    r.kind = RefusalKind::kInvalidRequest;
-    r.message = "prompt is longer than the model's context";
-    r.param = "prompt";
-    return r;
-  }
-  mutable int calls = 0;
-};
-
 router::Settings TestSettings() {
   router::Settings s;
   s.model = "m";
@@ -261,26 +246,6 @@ TEST_F(AdmissionTest, RefusalsFoundByTheDoorAreJournaledWithItsRequest) {
   ASSERT_EQ(book_.rows.size(), 1u);
   EXPECT_EQ(book_.rows[0].request.api, Api::kChatCompletions);
   EXPECT_EQ(ReasonOf(book_.rows[0].outcome), "headers_too_large");
-}
-
-TEST_F(AdmissionTest, ModelLimitsRunLastOnValidBodiesOnly) {
-  FakeModelLimits limits;
-  const RequestAdmission admission(settings_, clock_, "", book_, &limits);
-  EXPECT_FALSE(
-      Admit(admission, DoorRequest(), {{"model", "x"}, {"prompt", "too long"}}).admitted());
-  EXPECT_EQ(limits.calls, 0);  // the model check came first
-
-  const AdmissionResult refused =
-      Admit(admission, DoorRequest(), {{"model", "m"}, {"prompt", "too long"}});
-  ASSERT_FALSE(refused.admitted());
-  EXPECT_EQ(HttpStatus(refused.outcome), 400);
-  EXPECT_EQ(refused.outcome.message, "prompt is longer than the model's context");
-  EXPECT_EQ(refused.refusal->param, "prompt");
-  EXPECT_EQ(book_.rows.size(), 2u);
-
-  EXPECT_TRUE(Admit(admission, DoorRequest(), {{"model", "m"}, {"prompt", "short"}}).admitted());
-  EXPECT_EQ(limits.calls, 2);
-  EXPECT_EQ(book_.rows.size(), 2u);
 }
 
 TEST_F(AdmissionTest, AdmittedRequestCarriesIdsBodyStreamAndDeadline) {

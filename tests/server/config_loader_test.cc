@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "engines/http/beast_engine_client.h"
-#include "engines/io_loops.h"
+#include "engines/http/io_loops.h"
 #include "gtest/gtest.h"
-#include "router/clock.h"
-#include "router/fleet.h"
+#include "router/common/clock.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
 #include "server/embedded_fleet.h"
 #include "server/engine_options.h"

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "engines/io_loops.h"
+#include "engines/http/io_loops.h"
 #include "google/rpc/status.pb.h"
 #include "narwhal/v1/inference.grpc.pb.h"
-#include "router/fleet.h"
-#include "router/journal.h"
+#include "router/common/journal.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
 #include "server/inference_service.h"
 #include "server/status_table.h"

@@ -13,10 +13,10 @@
 
 #include <gtest/gtest.h>
 
-#include "engines/io_loops.h"
+#include "engines/http/io_loops.h"
 #include "narwhal/v1/inference.grpc.pb.h"
-#include "router/clock.h"
-#include "router/fleet.h"
+#include "router/common/clock.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
 #include "server/grpc_credentials.h"
 #include "server/inference_service.h"

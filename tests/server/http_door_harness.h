@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "engines/io_loops.h"
-#include "router/fleet.h"
-#include "router/journal.h"
+#include "engines/http/io_loops.h"
+#include "router/common/journal.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
 #include "server/openai_shim.h"
 #include "server/status_table.h"

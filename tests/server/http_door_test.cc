@@ -141,6 +141,21 @@ TEST_F(HttpDoorTest, FailureBeforeTheFirstTokenIsAnOrdinaryError) {
   EXPECT_EQ(error["message"].get<std::string>().rfind("no first token within", 0), 0u);
 }
 
+TEST_F(HttpDoorTest, FailedAnswerCarriesNoMeasurementHeaders) {
+  Start();
+  // The prefill completed (ttft_s is known), the decode failed.
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  auto r = Exchange(Post("/v1/completions", Completion(false)));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_FALSE(r->Header("x-request-id").empty());
+  EXPECT_EQ(r->Header("x-narwhal-ttft-s"), "");
+  EXPECT_EQ(r->Header("x-narwhal-first-byte-s"), "");
+  const std::vector<json> rows = JournalRows();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0]["ttft_s"].is_number()) << rows[0].dump();  // the row keeps it
+}
+
 TEST_F(HttpDoorTest, RefusedRequestsAreJournaled) {
   Start(FastOptions(), "sekret");
   auto r = Exchange(Post("/v1/completions", Completion(false)));

@@ -13,10 +13,10 @@
 
 #include <gtest/gtest.h>
 
+#include "engines/http/io_loops.h"
 #include "google/rpc/status.pb.h"
-#include "router/fleet.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "engines/io_loops.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
 

@@ -27,10 +27,10 @@
 
 #include "engines/clock.h"
 #include "engines/http/beast_engine_client.h"
-#include "engines/io_loops.h"
-#include "router/fleet.h"
+#include "engines/http/io_loops.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "router/settings.h"
 #include "server/openai_shim.h"
 #include "tests/fakes/sim_process.h"
 

@@ -1,0 +1,57 @@
+// IoLoops: the event-loop threads of the data plane.
+//
+// N threads (serving.io_threads; default one per core), each running its own
+// io_context, so everything of one request — its client connection, its
+// attempt loop and its engine legs — stays on one thread: a relayed frame
+// never crosses threads. Work is spread by handing each new client
+// connection (or gRPC call) to the next loop in turn.
+//
+// Thread-safe. Stop() (or the destructor) ends every loop after the work
+// already posted has been abandoned; callers drain their requests first.
+#ifndef NARWHAL_ENGINES_HTTP_IO_LOOPS_H_
+#define NARWHAL_ENGINES_HTTP_IO_LOOPS_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "engines/clock.h"
+
+namespace narwhal::engines {
+
+class IoLoops {
+ public:
+  // `threads` <= 0 means one per core.
+  explicit IoLoops(int threads);
+  ~IoLoops();
+  IoLoops(const IoLoops&) = delete;
+  IoLoops& operator=(const IoLoops&) = delete;
+
+  int size() const { return static_cast<int>(loops_.size()); }
+  // The next loop in turn (round robin).
+  Executor Next();
+  Executor executor(int i) const { return loops_[i]->context.get_executor(); }
+  boost::asio::io_context& context(int i) { return loops_[i]->context; }
+  // True on one of this pool's loop threads (blocking there is a bug).
+  bool OnLoopThread() const;
+
+  void Stop();
+
+ private:
+  struct Loop {
+    boost::asio::io_context context{1};
+    std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::atomic<unsigned> next_{0};
+};
+
+}  // namespace narwhal::engines
+
+#endif  // NARWHAL_ENGINES_HTTP_IO_LOOPS_H_

@@ -1,0 +1,169 @@
+// The fleet configuration as one immutable, typed value (SPEC §3).
+//
+// The schema of the file — keys, types, bounds, meanings — is
+// proto/narwhal/config/v1/config.proto. server/config_loader parses and
+// validates the JSON fleet file into this struct once at start-up; every
+// component receives it (or the part it needs) by const reference and never
+// sees raw JSON. The defaults below are the ones an absent key takes; a test
+// (tests/server/readme_config_test.cc) checks that they are the defaults the
+// schema documents. Bounds are not repeated here: see the schema.
+#ifndef NARWHAL_ROUTER_COMMON_SETTINGS_H_
+#define NARWHAL_ROUTER_COMMON_SETTINGS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace narwhal::router {
+
+// Which legs an engine may serve.
+enum class Role { kPrefill, kDecode, kBoth };
+
+const char* RoleName(Role role);
+bool CanPrefill(Role role);
+bool CanDecode(Role role);
+
+struct EngineSettings {
+  std::string iid;  // unique engine id (required)
+  std::string url;  // base URL, exactly "http://host:port", unique (required)
+  Role role = Role::kBoth;
+  std::string kv_engine_id = {};  // the producer's kv_transfer_config engine_id; "" = any
+};
+
+// The pinned engine contract (B17/B18). Absent from the file = not pinned.
+struct EngineContract {
+  std::string vllm_version;                       // exact /version string (required)
+  std::optional<std::string> model;               // default: the fleet's model
+  std::optional<long long> max_model_len;         // /v1/models[].max_model_len
+  std::string connector = "NixlConnector";        // a known connector
+  std::optional<std::string> system_fingerprint;  // exact match when set
+};
+
+struct ListenSettings {
+  std::string http = "127.0.0.1:8000";
+  std::string grpc = "127.0.0.1:50051";
+  std::string admin = "127.0.0.1:50052";
+};
+
+struct ServingSettings {
+  int max_attempts = 1;                   // complete prefill+decode attempts
+  double request_timeout_s = 600;         // end-to-end deadline
+  double prefill_timeout_s = 120;         // one prefill leg, <= request timeout
+  double handoff_timeout_s = 0;           // max KV handoff age; 0 = request deadline only
+                                          // (the loader derives it from handoff.lease_s)
+  double retry_budget = 10;               // shared retry-credit pool size (start and cap)
+  double retry_replenish = 0.1;           // credits per successful request
+  double retry_base_s = 0.1;              // full-jitter backoff base
+  double retry_cap_s = 1.0;               // full-jitter backoff cap, >= base
+  int max_inflight = 768;                 // admitted client requests at once
+  long long max_request_bytes = 4194304;  // larger bodies: 413
+  double graceful_timeout_s = 30;         // SIGTERM drain
+  std::string api_key_env;                // env var holding the client API key; "" = none
+  // The data plane's event-loop threads (client connections, attempt loops,
+  // engine legs); 0 = one per core.
+  int io_threads = 0;
+  // Open HTTP client connections; a connection beyond it is refused at once
+  // (a fixed 503, then closed).
+  int max_connections = 4096;
+  // Request line plus header fields of one HTTP request; beyond: 431.
+  int max_header_bytes = 65536;
+  // Header fields of one HTTP request; beyond: 431.
+  int max_headers = 100;
+  // From a request's first byte to the end of its headers (and the longest
+  // silence while its body arrives); expiry closes the connection.
+  double header_timeout_s = 10;
+  // An idle keep-alive connection between requests (and the bound on writing
+  // one response) before it is closed.
+  double keepalive_timeout_s = 60;
+};
+
+struct AdminSettings {
+  std::string token_env;  // env var holding the admin bearer token; "" = none
+  int max_watchers = 64;                 // WatchEvents streams open at once
+  int watch_buffer_bytes = 1 << 20;      // queued bytes per stream before it is ended
+  int watch_queue = 1024;                // queued events per stream (0 = bytes only)
+  double watch_stall_timeout_s = 10;     // time to take the end before cancellation
+};
+
+struct EngineIoSettings {
+  double first_token_timeout_s = 2.5;       // B12; also each probe leg's budget
+  double decode_read_timeout_s = 10;        // B13; 0 = request deadline bounds the stream
+  double connect_timeout_s = 10;            // TCP connect
+  double health_timeout_s = 5;              // health / identity requests
+  std::string connector = "NixlConnector";  // a known connector
+  std::string api_key_env;                  // env var holding the Bearer token for engines
+};
+
+// The KV handoff contract (engines/descriptor_contract.h).
+struct HandoffSettings {
+  std::string remote_host = "pass";  // "pass", "rewrite" or "match"
+  double lease_s = 30;               // the producers' KV lease; handoff_timeout_s is below it
+  // Abandoned handoffs (router/handoff_releaser.h): "pull", "reject" or "off".
+  std::string release = "pull";
+  int release_max_inflight = 16;  // releases at once; beyond: dropped and counted
+  double release_timeout_s = 5;   // one release leg
+};
+
+// Bounds on what one generation request may ask for, applied identically by
+// both doors (server/openai_request): beyond them the request is refused
+// with 400 / INVALID_ARGUMENT.
+struct LimitSettings {
+  int max_tokens = 131072;  // max_tokens and max_completion_tokens
+  int max_messages = 4096;  // entries of a chat request's messages
+  int max_prompts = 1024;   // prompts of one completions request (a prompt list)
+};
+
+// TLS on the router's listeners (HTTP, gRPC inference, gRPC admin): PEM
+// file paths, both set or both empty (plaintext). The loader checked them;
+// the listeners read them again at start-up.
+struct TlsSettings {
+  std::string cert_file;  // certificate chain, leaf first
+  std::string key_file;   // the certificate's private key
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+// Where prefill legs go (router/fleet/placement.h, router/fleet/prefix_index.h).
+struct PlacementSettings {
+  std::string prefill = "cache_aware";  // "least_loaded" or "cache_aware"
+  int index_chunks = 16384;             // prefix-index entries per producer (LRU)
+  int imbalance_abs = 8;                // legs beyond the least-loaded producer ...
+  double imbalance_rel = 1.5;           // ... and this many times its legs: least loaded wins
+  bool cache_aware() const { return prefill == "cache_aware"; }
+};
+
+enum class RestartPolicy { kIndividual, kWholeWave };
+
+struct RecoverySettings {
+  int eject_after = 3;              // consecutive same-class failures
+  double failure_quarantine_s = 0;  // B15 timed hold; 0 = off
+  double readmit_interval_s = 5;    // probe cadence for held/ejected engines
+  double liveness_interval_s = 10;  // idle health sweeps; 0 = off
+  int liveness_misses = 2;          // consecutive misses before ejection
+  RestartPolicy engine_restart_policy = RestartPolicy::kIndividual;
+};
+
+// Per-link health (router/fleet/link_book.h).
+struct LinkSettings {
+  int hold_after = 3;   // consecutive failed decodes over one link before it may be held
+  double window_s = 60; // how recent the engines' successes with other peers must be
+};
+
+struct Settings {
+  std::string model;  // served model name (required)
+  ListenSettings listen;
+  std::vector<EngineSettings> engines;  // non-empty, unique iids and URLs
+  std::optional<EngineContract> engine_contract;
+  ServingSettings serving;
+  AdminSettings admin;
+  EngineIoSettings engine;
+  RecoverySettings recovery;
+  LimitSettings limits;
+  TlsSettings tls;
+  HandoffSettings handoff;
+  PlacementSettings placement;
+  LinkSettings links;
+};
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_COMMON_SETTINGS_H_

@@ -1,0 +1,77 @@
+// Prober: runs the probes the breaker asks for (B17) and reports each result
+// to the Fleet.
+//   health    - GET /health within engine.health_timeout_s (plus lifecycle
+//               validation when readmitting with an engine_contract);
+//   liveness  - the same check, as an idle sweep;
+//   inference - a prefill leg plus a decode leg, each bounded by
+//               engine.first_token_timeout_s. For a decode engine held after
+//               a crossed-decode failure the handoff is a new one from the
+//               original producer, then another live producer, then the
+//               engine itself (standalone); a producer whose prefill fails,
+//               or whose handoff the decode leg blames on it, is reported
+//               `producer_failed` and the next one is tried. For a
+//               prefill-side hold the engine produces and a live consumer
+//               decodes. With engine_contract configured a passed probe also
+//               runs lifecycle validation.
+//   link      - a held producer->consumer link (router/fleet/link_book.h): a
+//               one-token prefill on the producer whose handoff the
+//               consumer decodes; a failed prefill (or a handoff the decode
+//               blames on the producer) is inconclusive; a decode whose
+//               usage shows the prompt recomputed fails it.
+//   scrape    - GET /metrics of a consumer for its failed-transfer counter.
+// Blocking; runs on the FleetMonitor's probe threads. Thread-safe.
+#ifndef NARWHAL_ROUTER_FLEET_PROBER_H_
+#define NARWHAL_ROUTER_FLEET_PROBER_H_
+
+#include <atomic>
+#include <string>
+
+#include "engines/engine_client.h"
+#include "router/common/clock.h"
+#include "router/common/settings.h"
+#include "router/fleet/fleet.h"
+
+namespace narwhal::router {
+
+struct ProbeResult {
+  ProbeOutcome outcome = ProbeOutcome::kInconclusive;
+  std::string detail;
+  std::string producer;
+};
+
+class Prober {
+ public:
+  Prober(const Settings& settings, engines::EngineClient& client, Fleet& fleet, const Clock& clock)
+      : settings_(settings), client_(client), fleet_(fleet), clock_(clock) {}
+
+  // Runs `task` and reports the result to the fleet.
+  void Run(const ProbeTask& task);
+
+  // Runs a link probe and reports the result to the fleet.
+  void RunLink(const LinkProbeTask& task);
+
+  // GET /metrics of a consumer: its failed-transfer counter
+  // (router/fleet/kv_recompute.h), reported to the fleet.
+  void ScrapeRecompute(const RecomputeScrapeTask& task);
+
+  // The checks themselves (exposed for tests and operator readmission).
+  ProbeResult ProbeLink(const LinkProbeTask& task);
+  ProbeResult Health(const engines::EngineTarget& target, bool lifecycle);
+  ProbeResult Inference(const ProbeTask& task, bool lifecycle);
+  // The fleet's model's max_model_len from GET /v1/models (within
+  // engine.health_timeout_s), or 0 when the engine does not say.
+  long long MaxModelLen(const engines::EngineTarget& target);
+
+ private:
+  engines::LegOptions ProbeLeg(const std::string& suffix);
+
+  const Settings& settings_;
+  engines::EngineClient& client_;
+  Fleet& fleet_;
+  const Clock& clock_;
+  std::atomic<long long> counter_{0};
+};
+
+}  // namespace narwhal::router
+
+#endif  // NARWHAL_ROUTER_FLEET_PROBER_H_

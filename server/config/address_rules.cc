@@ -1,0 +1,114 @@
+#include "server/config/address_rules.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+#include "server/config/error_report.h"
+
+namespace narwhal::server::config_file {
+
+// Why `text` is not a valid HOST:PORT with a port in [min_port, 65535], or
+// nullopt when it is. HOST is a hostname, an IPv4 literal or [IPv6]. On
+// success *host and *port (when given) are set.
+std::optional<std::string> HostPortError(std::string_view text, int min_port,
+                                         std::string_view* host_out, int* port_out) {
+  if (text.find('@') != std::string_view::npos) return "credentials are not allowed";
+  std::string_view host;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) return "unterminated [IPv6] host";
+    host = text.substr(1, close - 1);
+    const std::string_view rest = text.substr(close + 1);
+    if (rest.empty() || rest.front() != ':') return "missing :PORT";
+    port = rest.substr(1);
+    if (host.empty() || host.find(':') == std::string_view::npos ||
+        host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos) {
+      return "invalid IPv6 address";
+    }
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return "missing :PORT";
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) return "IPv6 hosts must be in [brackets]";
+    if (host.empty()) return "missing host";
+    if (host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789.-_") != std::string_view::npos) {
+      return "invalid host";
+    }
+  }
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string_view::npos) {
+    return "PORT must be a number";
+  }
+  const int value = std::stoi(std::string(port));
+  if (value < min_port || value > 65535) {
+    return absl::StrCat("PORT must be ", min_port, "..65535");
+  }
+  if (host_out != nullptr) *host_out = host;
+  if (port_out != nullptr) *port_out = value;
+  return std::nullopt;
+}
+
+// Why `url` is not "http://host:port" (optionally with a trailing "/"), or
+// nullopt when it is; then *normalized is the URL without the trailing "/"
+// and *identity names its host (lower case) and port, for duplicates.
+std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized,
+                                          std::string* identity) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.find('@') != std::string::npos) return "credentials are not allowed";
+  if (url.rfind("https://", 0) == 0) {
+    return "https is not supported (engines are reached over plain http)";
+  }
+  if (url.rfind(kScheme, 0) != 0) return "must start with http://";
+  std::string_view rest = std::string_view(url).substr(kScheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  if (rest.find_first_of("?#") != std::string_view::npos) {
+    return "a query or fragment is not allowed";
+  }
+  if (rest.find('/') != std::string_view::npos) return "a path is not allowed";
+  std::string_view host;
+  int port = 0;
+  if (std::optional<std::string> error = HostPortError(rest, 1, &host, &port)) return error;
+  *normalized = std::string(kScheme) + std::string(rest);
+  std::string lower(host);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  *identity = absl::StrCat(lower, " ", port);
+  return std::nullopt;
+}
+
+bool IsEnvVarName(const std::string& s) {
+  if (s.empty()) return false;
+  if (!(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool IsIidChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+}
+
+}  // namespace narwhal::server::config_file

@@ -1,0 +1,28 @@
+// The forms the fleet file's addresses and names must have: HOST:PORT
+// listeners, engine URLs, environment-variable names and engine ids.
+#ifndef NARWHAL_SERVER_CONFIG_ADDRESS_RULES_H_
+#define NARWHAL_SERVER_CONFIG_ADDRESS_RULES_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace narwhal::server::config_file {
+
+// Why `text` is not a valid HOST:PORT with a port in [min_port, 65535], or
+// nullopt when it is. HOST is a hostname, an IPv4 literal or [IPv6]. On
+// success *host_out and *port_out (when given) are set.
+std::optional<std::string> HostPortError(std::string_view text, int min_port,
+                                         std::string_view* host_out = nullptr,
+                                         int* port_out = nullptr);
+// Why `url` is not a valid engine URL (http://host:port, optional trailing
+// "/"), or nullopt; then *normalized is the URL without the trailing "/" and
+// *identity names its host (lower case) and port, for duplicates.
+std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized,
+                                          std::string* identity);
+bool IsEnvVarName(const std::string& s);
+bool IsIidChar(char c);
+
+}  // namespace narwhal::server::config_file
+
+#endif  // NARWHAL_SERVER_CONFIG_ADDRESS_RULES_H_

@@ -1,0 +1,348 @@
+#include "server/config/validate.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+#include "narwhal/config/v1/config.pb.h"
+#include "router/common/settings.h"
+#include "server/config/address_rules.h"
+#include "server/config/error_report.h"
+#include "server/config/fields.h"
+#include "server/config/schema_check.h"
+#include "server/tls_files.h"
+
+namespace narwhal::server::config_file {
+
+namespace pb = ::narwhal::config::v1;
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using json = nlohmann::json;
+using router::Settings;
+
+namespace {
+
+void ValidateListen(const Fields& f, router::ListenSettings* out) {
+  f.HostPort(pb::Listen::kHttpFieldNumber, &out->http);
+  f.HostPort(pb::Listen::kGrpcFieldNumber, &out->grpc);
+  f.HostPort(pb::Listen::kAdminFieldNumber, &out->admin);
+}
+
+router::Role RoleNamed(const std::string& name) {
+  if (name == "prefill") return router::Role::kPrefill;
+  if (name == "decode") return router::Role::kDecode;
+  return router::Role::kBoth;
+}
+
+// Where each engine id and URL was first seen.
+struct EngineIndex {
+  std::map<std::string, std::string> iid_paths;
+  std::map<std::string, std::string> url_paths;
+};
+
+// Returns false when the entry's role is invalid (then the fleet-level role
+// check is skipped).
+bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* out) {
+  using E = pb::Engine;
+  if (f.String(E::kIidFieldNumber, &out->iid) && f.Present(E::kIidFieldNumber)) {
+    if (!std::all_of(out->iid.begin(), out->iid.end(), IsIidChar)) {
+      f.Error(E::kIidFieldNumber,
+              absl::StrCat("must contain only [A-Za-z0-9._-] (got ", Quote(out->iid), ")"));
+    } else if (const auto [it, inserted] =
+                   seen->iid_paths.emplace(out->iid, f.PathOf(E::kIidFieldNumber));
+               !inserted) {
+      f.Error(E::kIidFieldNumber, absl::StrCat(Quote(out->iid), " is a duplicate of ", it->second));
+    }
+  }
+  std::string url;
+  if (f.String(E::kUrlFieldNumber, &url) && f.Present(E::kUrlFieldNumber)) {
+    std::string identity;
+    if (std::optional<std::string> why = EngineUrlError(url, &out->url, &identity)) {
+      f.Error(E::kUrlFieldNumber, absl::StrCat("must be http://host:port: ", *why, " (got ",
+                                               Quote(WithoutUserinfo(url)), ")"));
+    } else if (const auto [it, inserted] =
+                   seen->url_paths.emplace(identity, f.PathOf(E::kUrlFieldNumber));
+               !inserted) {
+      f.Error(E::kUrlFieldNumber, absl::StrCat(Quote(out->url), " is a duplicate of ", it->second));
+    }
+  }
+  f.String(E::kKvEngineIdFieldNumber, &out->kv_engine_id);
+  std::string role = "both";
+  const bool role_ok = f.String(E::kRoleFieldNumber, &role);
+  out->role = RoleNamed(role);
+  return role_ok;
+}
+
+void ValidateEngines(const pb::FleetConfig& config, const Fields& top,
+                     std::vector<router::EngineSettings>* out) {
+  if (!top.Entries(pb::FleetConfig::kEnginesFieldNumber)) return;
+  const int rank = top.RankOf(pb::FleetConfig::kEnginesFieldNumber);
+  EngineIndex seen;
+  bool roles_ok = true;
+  for (int i = 0; i < config.engines_size(); ++i) {
+    const std::string path = absl::StrCat("engines[", i, "]");
+    router::EngineSettings engine;
+    if (top.reported().count(path)) {
+      roles_ok = false;
+    } else {
+      roles_ok &= ValidateEngine(
+          Fields(config.engines(i), path, rank, top.errors(), top.reported()), &seen, &engine);
+    }
+    out->push_back(std::move(engine));
+  }
+  if (!roles_ok) return;
+  const bool can_prefill = std::any_of(out->begin(), out->end(),
+                                       [](const auto& e) { return router::CanPrefill(e.role); });
+  const bool can_decode = std::any_of(out->begin(), out->end(),
+                                      [](const auto& e) { return router::CanDecode(e.role); });
+  if (!can_prefill) top.errors()->Add(rank, "engines: no engine can serve the prefill role");
+  if (!can_decode) top.errors()->Add(rank, "engines: no engine can serve the decode role");
+}
+
+void ValidateEngineContract(const Fields& f, router::EngineContract* out) {
+  using C = pb::EngineContract;
+  f.String(C::kVllmVersionFieldNumber, &out->vllm_version);
+  f.OptionalString(C::kModelFieldNumber, &out->model);
+  long long max_model_len = 0;
+  if (f.Present(C::kMaxModelLenFieldNumber) && f.Int(C::kMaxModelLenFieldNumber, &max_model_len)) {
+    out->max_model_len = max_model_len;
+  }
+  f.String(C::kConnectorFieldNumber, &out->connector);
+  f.OptionalString(C::kSystemFingerprintFieldNumber, &out->system_fingerprint);
+}
+
+// Returns whether serving.request_timeout_s is valid (for cross-section rules).
+bool ValidateServing(const Fields& f, router::ServingSettings* out) {
+  using S = pb::Serving;
+  f.Int(S::kMaxAttemptsFieldNumber, &out->max_attempts);
+  const bool request_ok = f.Number(S::kRequestTimeoutSFieldNumber, &out->request_timeout_s);
+  const bool prefill_ok = f.Number(S::kPrefillTimeoutSFieldNumber, &out->prefill_timeout_s);
+  const bool handoff_ok = f.Number(S::kHandoffTimeoutSFieldNumber, &out->handoff_timeout_s);
+  f.Number(S::kRetryBudgetFieldNumber, &out->retry_budget);
+  f.Number(S::kRetryReplenishFieldNumber, &out->retry_replenish);
+  const bool base_ok = f.Number(S::kRetryBaseSFieldNumber, &out->retry_base_s);
+  const bool cap_ok = f.Number(S::kRetryCapSFieldNumber, &out->retry_cap_s);
+  f.Int(S::kMaxInflightFieldNumber, &out->max_inflight);
+  f.Int(S::kMaxRequestBytesFieldNumber, &out->max_request_bytes);
+  f.Number(S::kGracefulTimeoutSFieldNumber, &out->graceful_timeout_s);
+  f.EnvVarName(S::kApiKeyEnvFieldNumber, &out->api_key_env);
+  f.Int(S::kIoThreadsFieldNumber, &out->io_threads);
+  f.Int(S::kMaxConnectionsFieldNumber, &out->max_connections);
+  f.Int(S::kMaxHeaderBytesFieldNumber, &out->max_header_bytes);
+  f.Int(S::kMaxHeadersFieldNumber, &out->max_headers);
+  f.Number(S::kHeaderTimeoutSFieldNumber, &out->header_timeout_s);
+  f.Number(S::kKeepaliveTimeoutSFieldNumber, &out->keepalive_timeout_s);
+
+  const std::string request =
+      absl::StrCat("serving.request_timeout_s (", FormatNumber(out->request_timeout_s), ")");
+  if (request_ok && prefill_ok && out->prefill_timeout_s > out->request_timeout_s) {
+    f.Error(
+        S::kPrefillTimeoutSFieldNumber,
+        absl::StrCat("must be <= ", request, " (got ", FormatNumber(out->prefill_timeout_s), ")"));
+  }
+  if (request_ok && handoff_ok && out->handoff_timeout_s > out->request_timeout_s) {
+    f.Error(
+        S::kHandoffTimeoutSFieldNumber,
+        absl::StrCat("must be <= ", request, " (got ", FormatNumber(out->handoff_timeout_s), ")"));
+  }
+  if (base_ok && cap_ok && out->retry_cap_s < out->retry_base_s) {
+    f.Error(S::kRetryCapSFieldNumber,
+            absl::StrCat("must be >= serving.retry_base_s (", FormatNumber(out->retry_base_s),
+                         ") (got ", FormatNumber(out->retry_cap_s), ")"));
+  }
+  return request_ok;
+}
+
+void ValidateAdmin(const Fields& f, router::AdminSettings* out) {
+  using A = pb::Admin;
+  f.EnvVarName(A::kTokenEnvFieldNumber, &out->token_env);
+  f.Int(A::kMaxWatchersFieldNumber, &out->max_watchers);
+  f.Int(A::kWatchBufferBytesFieldNumber, &out->watch_buffer_bytes);
+  f.Int(A::kWatchQueueFieldNumber, &out->watch_queue);
+  f.Number(A::kWatchStallTimeoutSFieldNumber, &out->watch_stall_timeout_s);
+}
+
+// `request_timeout_s` is nullopt when serving.request_timeout_s was invalid.
+void ValidateEngineIo(const Fields& f, std::optional<double> request_timeout_s,
+                      router::EngineIoSettings* out) {
+  using E = pb::EngineIo;
+  const bool first_ok = f.Number(E::kFirstTokenTimeoutSFieldNumber, &out->first_token_timeout_s);
+  f.Number(E::kDecodeReadTimeoutSFieldNumber, &out->decode_read_timeout_s);
+  f.Number(E::kConnectTimeoutSFieldNumber, &out->connect_timeout_s);
+  f.Number(E::kHealthTimeoutSFieldNumber, &out->health_timeout_s);
+  f.String(E::kConnectorFieldNumber, &out->connector);
+  f.EnvVarName(E::kApiKeyEnvFieldNumber, &out->api_key_env);
+  if (first_ok && request_timeout_s && out->first_token_timeout_s > *request_timeout_s) {
+    f.Error(E::kFirstTokenTimeoutSFieldNumber,
+            absl::StrCat("must be <= serving.request_timeout_s (", FormatNumber(*request_timeout_s),
+                         ") (got ", FormatNumber(out->first_token_timeout_s), ")"));
+  }
+}
+
+void ValidateRecovery(const Fields& f, router::RecoverySettings* out) {
+  using R = pb::Recovery;
+  f.Int(R::kEjectAfterFieldNumber, &out->eject_after);
+  f.Number(R::kFailureQuarantineSFieldNumber, &out->failure_quarantine_s);
+  f.Number(R::kReadmitIntervalSFieldNumber, &out->readmit_interval_s);
+  const bool liveness_ok = f.Number(R::kLivenessIntervalSFieldNumber, &out->liveness_interval_s);
+  f.Int(R::kLivenessMissesFieldNumber, &out->liveness_misses);
+  std::string policy = "individual";
+  const bool policy_ok = f.String(R::kEngineRestartPolicyFieldNumber, &policy);
+  out->engine_restart_policy = policy == "whole_wave" ? router::RestartPolicy::kWholeWave
+                                                      : router::RestartPolicy::kIndividual;
+  if (policy_ok && liveness_ok && out->engine_restart_policy == router::RestartPolicy::kWholeWave &&
+      out->liveness_interval_s <= 0) {
+    f.Error(R::kEngineRestartPolicyFieldNumber,
+            "\"whole_wave\" requires recovery.liveness_interval_s > 0 (liveness sweeps detect "
+            "engine restarts)");
+  }
+}
+
+void ValidateLimits(const Fields& f, router::LimitSettings* out) {
+  using L = pb::Limits;
+  f.Int(L::kMaxTokensFieldNumber, &out->max_tokens);
+  f.Int(L::kMaxMessagesFieldNumber, &out->max_messages);
+  f.Int(L::kMaxPromptsFieldNumber, &out->max_prompts);
+}
+
+// Both files or neither. The pair is read and checked here
+// (server/tls_files), so a bad one stops narwhal-serve before anything is
+// bound, and narwhal-check reports it.
+void ValidateTls(const Fields& f, router::TlsSettings* out) {
+  using T = pb::Tls;
+  std::string cert;
+  std::string key;
+  const bool cert_ok = f.String(T::kCertFileFieldNumber, &cert);
+  const bool key_ok = f.String(T::kKeyFileFieldNumber, &key);
+  if (!cert_ok || !key_ok) return;
+  if (cert.empty() != key.empty()) {
+    const int missing = cert.empty() ? T::kCertFileFieldNumber : T::kKeyFileFieldNumber;
+    const int given = cert.empty() ? T::kKeyFileFieldNumber : T::kCertFileFieldNumber;
+    f.Error(missing, absl::StrCat("is required with ", f.PathOf(given), " (both or neither)"));
+    return;
+  }
+  if (cert.empty()) return;
+  if (absl::StatusOr<TlsPem> pem = LoadTlsFiles(cert, key); !pem.ok()) {
+    f.errors()->Add(f.RankOf(T::kCertFileFieldNumber), std::string(pem.status().message()));
+    return;
+  }
+  out->cert_file = std::move(cert);
+  out->key_file = std::move(key);
+}
+
+// Returns whether handoff.lease_s is valid (for the age rule).
+bool ValidateHandoff(const Fields& f, router::HandoffSettings* out) {
+  using H = pb::Handoff;
+  f.String(H::kRemoteHostFieldNumber, &out->remote_host);
+  f.String(H::kReleaseFieldNumber, &out->release);
+  f.Int(H::kReleaseMaxInflightFieldNumber, &out->release_max_inflight);
+  f.Number(H::kReleaseTimeoutSFieldNumber, &out->release_timeout_s);
+  return f.Number(H::kLeaseSFieldNumber, &out->lease_s);
+}
+
+void ValidatePlacement(const Fields& f, router::PlacementSettings* out) {
+  using P = pb::Placement;
+  f.String(P::kPrefillFieldNumber, &out->prefill);
+  f.Int(P::kIndexChunksFieldNumber, &out->index_chunks);
+  f.Int(P::kImbalanceAbsFieldNumber, &out->imbalance_abs);
+  f.Number(P::kImbalanceRelFieldNumber, &out->imbalance_rel);
+}
+
+void ValidateLinks(const Fields& f, router::LinkSettings* out) {
+  using L = pb::Links;
+  f.Int(L::kHoldAfterFieldNumber, &out->hold_after);
+  f.Number(L::kWindowSFieldNumber, &out->window_s);
+}
+
+// A handoff older than the producer's lease has lost its blocks, so the
+// router's age limit is below the lease: an explicit one must be, and 0
+// (the default) becomes 80% of the lease, capped by the request deadline.
+void ApplyHandoffAge(const Fields* serving, router::Settings* s) {
+  double& age = s->serving.handoff_timeout_s;
+  if (age == 0) {
+    age = std::min(0.8 * s->handoff.lease_s, s->serving.request_timeout_s);
+  } else if (age >= s->handoff.lease_s && serving != nullptr) {
+    serving->Error(pb::Serving::kHandoffTimeoutSFieldNumber,
+                   absl::StrCat("must be < handoff.lease_s (", FormatNumber(s->handoff.lease_s),
+                                ") (got ", FormatNumber(age), ")"));
+  }
+}
+
+}  // namespace
+
+// The one validation pass. A section's rules run only when the section is in
+// the file (absent sections keep Settings' defaults).
+Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& reported,
+                  Errors* errors) {
+  using F = pb::FleetConfig;
+  Settings s;
+  const Fields top(config, "", 0, errors, reported);
+  auto section = [&](int number, const Message& message) {
+    return Fields(message, top.PathOf(number), top.RankOf(number), errors, reported);
+  };
+  top.String(F::kModelFieldNumber, &s.model);
+  if (config.has_listen())
+    ValidateListen(section(F::kListenFieldNumber, config.listen()), &s.listen);
+  ValidateEngines(config, top, &s.engines);
+  if (config.has_engine_contract()) {
+    ValidateEngineContract(section(F::kEngineContractFieldNumber, config.engine_contract()),
+                           &s.engine_contract.emplace());
+  }
+  bool request_ok = true;
+  if (config.has_serving()) {
+    request_ok = ValidateServing(section(F::kServingFieldNumber, config.serving()), &s.serving);
+  }
+  if (config.has_admin()) ValidateAdmin(section(F::kAdminFieldNumber, config.admin()), &s.admin);
+  if (config.has_engine()) {
+    ValidateEngineIo(section(F::kEngineFieldNumber, config.engine()),
+                     request_ok ? std::optional<double>(s.serving.request_timeout_s) : std::nullopt,
+                     &s.engine);
+  }
+  if (config.has_recovery()) {
+    ValidateRecovery(section(F::kRecoveryFieldNumber, config.recovery()), &s.recovery);
+  }
+  if (config.has_limits()) {
+    ValidateLimits(section(F::kLimitsFieldNumber, config.limits()), &s.limits);
+  }
+  if (config.has_tls()) ValidateTls(section(F::kTlsFieldNumber, config.tls()), &s.tls);
+  if (config.has_links()) {
+    ValidateLinks(section(F::kLinksFieldNumber, config.links()), &s.links);
+  }
+  bool lease_ok = true;
+  if (config.has_handoff()) {
+    lease_ok = ValidateHandoff(section(F::kHandoffFieldNumber, config.handoff()), &s.handoff);
+  }
+  if (config.has_placement()) {
+    ValidatePlacement(section(F::kPlacementFieldNumber, config.placement()), &s.placement);
+  }
+  if (request_ok && lease_ok) {
+    const std::optional<Fields> serving =
+        config.has_serving()
+            ? std::optional<Fields>(section(F::kServingFieldNumber, config.serving()))
+            : std::nullopt;
+    ApplyHandoffAge(serving ? &*serving : nullptr, &s);
+  }
+  return s;
+}
+
+}  // namespace narwhal::server::config_file
