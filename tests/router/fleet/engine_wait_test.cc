@@ -6,18 +6,20 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engines/api.h"
+#include "engines/engine_client.h"
 #include "router/common/settings.h"
 #include "tests/fakes/fake_clock.h"
+#include "tests/fakes/scripted_engines.h"
 
 namespace narwhal::router {
 namespace {
 
-using json = nlohmann::json;
+using testing::Call;
 
 engines::ControlResponse Refused() {
   engines::ControlResponse r;
@@ -30,67 +32,6 @@ engines::ControlResponse Status(int status, std::string body = "") {
   r.body = std::move(body);
   return r;
 }
-
-// Each engine answers `loading` until the fake clock reaches its `up_at`
-// (seconds after the start), then like a healthy engine.
-class LoadingEngines : public engines::EngineClient {
- public:
-  explicit LoadingEngines(testing::FakeClock* clock) : clock_(clock), start_(clock->Now()) {}
-
-  void Script(const std::string& iid, double up_at, engines::ControlResponse loading,
-              const std::string& loading_path = "") {
-    scripts_[iid] = {up_at, std::move(loading), loading_path};
-  }
-  int calls(const std::string& iid) const {
-    auto it = calls_.find(iid);
-    return it == calls_.end() ? 0 : it->second;
-  }
-  int total_calls() const {
-    int n = 0;
-    for (const auto& [iid, c] : calls_) n += c;
-    return n;
-  }
-
-  engines::PrefillOutcome Prefill(const engines::EngineTarget&, engines::Api, const json&,
-                                  const engines::LegOptions&) override {
-    ADD_FAILURE() << "the wait runs no inference";
-    return {};
-  }
-  engines::DecodeOutcome Decode(const engines::EngineTarget&, const engines::PrefillResult&,
-                                const json&, bool, const engines::LegOptions&,
-                                engines::DecodeObserver&) override {
-    ADD_FAILURE() << "the wait runs no inference";
-    return {};
-  }
-  engines::ControlResponse Control(const engines::EngineTarget& engine, std::string_view method,
-                                   std::string_view path, const std::string&,
-                                   double timeout_s) override {
-    EXPECT_EQ(method, "GET");
-    EXPECT_DOUBLE_EQ(timeout_s, 1.5);
-    ++calls_[engine.iid];
-    auto it = scripts_.find(engine.iid);
-    const double now = engines::Seconds(clock_->Now() - start_);
-    if (it != scripts_.end() && now < it->second.up_at &&
-        (it->second.path.empty() || it->second.path == path)) {
-      return it->second.loading;
-    }
-    if (path == "/v1/models") {
-      return Status(200, json{{"object", "list"}, {"data", {{{"id", "m"}}}}}.dump());
-    }
-    return Status(200);
-  }
-
- private:
-  struct Script_ {
-    double up_at = 0;
-    engines::ControlResponse loading;
-    std::string path;
-  };
-  testing::FakeClock* clock_;
-  engines::MonoTime start_;
-  std::map<std::string, Script_> scripts_;
-  std::map<std::string, int> calls_;
-};
 
 Settings Fleet(const std::vector<std::string>& iids) {
   Settings s;
@@ -107,9 +48,27 @@ Settings Fleet(const std::vector<std::string>& iids) {
   return s;
 }
 
+// Engines that answer like healthy ones unless scripted to be loading.
 class EngineWaitTest : public ::testing::Test {
  protected:
-  EngineWaitTest() : engines_(&clock_) {}
+  // The wait asks only with GETs bounded by engine.health_timeout_s and
+  // runs no inference.
+  void TearDown() override {
+    EXPECT_TRUE(engines_.calls("prefill").empty()) << "the wait runs no inference";
+    EXPECT_TRUE(engines_.calls("decode").empty()) << "the wait runs no inference";
+    for (const Call& c : engines_.calls("control")) {
+      EXPECT_TRUE(c.path.starts_with("GET ")) << c.path;
+      EXPECT_DOUBLE_EQ(c.timeout_s, 1.5) << c.path;
+    }
+  }
+  // `iid` answers `loading` (to `path`, or to every path) until the fake
+  // clock is `up_at` seconds past the start, then like a healthy engine.
+  void Loading(const std::string& iid, double up_at, engines::ControlResponse loading,
+               const std::string& path = "") {
+    engines_.SetControlUntil(iid, path, clock_.start() + engines::FromSeconds(up_at),
+                             std::move(loading));
+  }
+  size_t CallsTo(const std::string& iid) const { return engines_.calls("control", iid).size(); }
   EngineWaitResult Wait(const Settings& s, double timeout_s) {
     return WaitForEngines(
         s, engines_, clock_,
@@ -121,7 +80,7 @@ class EngineWaitTest : public ::testing::Test {
         timeout_s, 1.0);
   }
   testing::FakeClock clock_;
-  LoadingEngines engines_;
+  testing::ScriptedEngines engines_{clock_, &clock_, /*first_token_timeout_s=*/1.0};
   std::vector<double> sleeps_;
   size_t stop_after_ = 1000;  // the sleep that reports a signal
 };
@@ -141,11 +100,11 @@ TEST(IsLoadingAnswerTest, RefusedAnd503AreLoadingOtherAnswersAreNot) {
 }
 
 TEST_F(EngineWaitTest, ZeroTimeoutAsksNothing) {
-  engines_.Script("d0", 100, Refused());
+  Loading("d0", 100, Refused());
   const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 0);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 0);
-  EXPECT_EQ(engines_.total_calls(), 0);
+  EXPECT_TRUE(engines_.calls().empty());
   EXPECT_TRUE(sleeps_.empty());
 }
 
@@ -154,12 +113,12 @@ TEST_F(EngineWaitTest, HealthyFleetNeedsOneRoundAndNoSleep) {
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 1);
   EXPECT_TRUE(sleeps_.empty());
-  EXPECT_EQ(engines_.calls("p0"), 2);  // /health and /v1/models
-  EXPECT_EQ(engines_.calls("d0"), 2);
+  EXPECT_EQ(CallsTo("p0"), 2u);  // /health and /v1/models
+  EXPECT_EQ(CallsTo("d0"), 2u);
 }
 
 TEST_F(EngineWaitTest, RefusedEngineIsRetriedUntilItListens) {
-  engines_.Script("d0", 4.5, Refused());
+  Loading("d0", 4.5, Refused());
   const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_TRUE(r.still_loading.empty());
@@ -168,12 +127,12 @@ TEST_F(EngineWaitTest, RefusedEngineIsRetriedUntilItListens) {
   EXPECT_DOUBLE_EQ(r.waited_s, 5.0);
   EXPECT_EQ(sleeps_, std::vector<double>(5, 1.0));
   // An engine that is up is not asked again.
-  EXPECT_EQ(engines_.calls("p0"), 2);
-  EXPECT_EQ(engines_.calls("d0"), 5 + 2);
+  EXPECT_EQ(CallsTo("p0"), 2u);
+  EXPECT_EQ(CallsTo("d0"), 5 + 2u);
 }
 
 TEST_F(EngineWaitTest, ModelListAnswering503KeepsWaiting) {
-  engines_.Script("p0", 2.5, Status(503), "/v1/models");
+  Loading("p0", 2.5, Status(503), "/v1/models");
   const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 4);
@@ -181,8 +140,8 @@ TEST_F(EngineWaitTest, ModelListAnswering503KeepsWaiting) {
 }
 
 TEST_F(EngineWaitTest, TimeoutEndsTheWaitAndNamesTheEnginesStillLoading) {
-  engines_.Script("d0", 1000, Status(503), "/health");
-  engines_.Script("d1", 1000, Refused());
+  Loading("d0", 1000, Status(503), "/health");
+  Loading("d1", 1000, Refused());
   const EngineWaitResult r = Wait(Fleet({"p0", "d0", "d1"}), 2.5);
   EXPECT_FALSE(r.settled);
   EXPECT_EQ(r.still_loading, (std::vector<std::string>{"d0", "d1"}));
@@ -193,7 +152,7 @@ TEST_F(EngineWaitTest, TimeoutEndsTheWaitAndNamesTheEnginesStillLoading) {
 }
 
 TEST_F(EngineWaitTest, ASignalDuringASleepEndsTheWait) {
-  engines_.Script("d0", 1000, Refused());
+  Loading("d0", 1000, Refused());
   stop_after_ = 2;
   const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.interrupted);
@@ -205,12 +164,12 @@ TEST_F(EngineWaitTest, ASignalDuringASleepEndsTheWait) {
 
 TEST_F(EngineWaitTest, ARealFailureIsNotWaitedFor) {
   // A 500 is not "still loading": the preflight reports it at once.
-  engines_.Script("d0", 1000, Status(500), "/health");
+  Loading("d0", 1000, Status(500), "/health");
   const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 1);
   EXPECT_TRUE(sleeps_.empty());
-  EXPECT_EQ(engines_.calls("d0"), 1);
+  EXPECT_EQ(CallsTo("d0"), 1u);
 }
 
 }  // namespace

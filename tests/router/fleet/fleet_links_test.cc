@@ -24,7 +24,8 @@
 #include "router/fleet/fleet.h"
 #include "router/fleet/link_book.h"
 #include "router/fleet/prober.h"
-#include "tests/router/fleet/scripted_engines.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/scripted_engines.h"
 
 namespace narwhal::breaker_test {
 namespace {
@@ -39,6 +40,10 @@ using router::LinkState;
 using router::PlacementState;
 using router::Role;
 using router::Success;
+using testing::Call;
+using testing::DecodeScript;
+using testing::Refused;
+using testing::ScriptedEngines;
 
 constexpr double kFirstToken = 0.75;
 constexpr double kInterval = 2.0;
@@ -151,7 +156,7 @@ class FleetLinksTest : public ::testing::Test {
   }
 
   router::Settings settings_;
-  ManualClock clock_;
+  testing::FakeClock clock_;
   prometheus::Registry registry_;
   router::Metrics metrics_;
   router::EventBus bus_;

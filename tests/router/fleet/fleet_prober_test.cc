@@ -27,7 +27,8 @@
 #include "router/fleet/fleet.h"
 #include "router/fleet/fleet_monitor.h"
 #include "router/fleet/prober.h"
-#include "tests/router/fleet/scripted_engines.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/scripted_engines.h"
 
 namespace narwhal::breaker_test {
 namespace {
@@ -41,6 +42,11 @@ using router::PlacementState;
 using router::ProbeKind;
 using router::ProbeTask;
 using router::Role;
+using testing::Call;
+using testing::DecodeScript;
+using testing::Failure;
+using testing::Refused;
+using testing::ScriptedEngines;
 
 constexpr double kFirstToken = 0.75;
 constexpr double kInterval = 2.0;
@@ -152,7 +158,7 @@ class FleetProberTest : public ::testing::Test {
   }
 
   router::Settings settings_;
-  ManualClock clock_;
+  testing::FakeClock clock_;
   prometheus::Registry registry_;
   router::Metrics metrics_;
   router::EventBus bus_;

@@ -1,11 +1,10 @@
-// Unit tests of router/preflight (B18) against a scripted engine client and a
-// manual clock: pair generation, gate order and skipping, transfer
+// Unit tests of router/preflight (B18) against the scripted engine client and
+// the fake clock: pair generation, gate order and skipping, transfer
 // classification, bounds, and the report's JSON and table forms.
 #include "router/fleet/preflight.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -15,11 +14,10 @@
 
 #include "engines/api.h"
 #include "engines/engine_client.h"
-#include "engines/http/stream_classifier.h"
-#include "engines/stream_event.h"
-#include "router/common/clock.h"
+#include "engines/engine_failure.h"
 #include "router/common/settings.h"
 #include "tests/fakes/fake_clock.h"
+#include "tests/fakes/scripted_engines.h"
 
 namespace narwhal::router {
 namespace {
@@ -27,157 +25,29 @@ namespace {
 using json = nlohmann::json;
 using Pairs = std::vector<std::pair<std::string, std::string>>;
 
-// Time moves only when a scripted leg says so (the one fake clock).
-using ManualClock = testing::FakeClock;
+using testing::Call;
+using testing::FakeClock;
+using testing::ScriptedEngines;
 
-engines::EngineFailure Failure(engines::Phase phase, engines::FailureCause cause,
-                               const std::string& detail) {
-  engines::EngineFailure f;
-  f.phase = phase;
-  f.cause = cause;
-  f.detail = detail;
-  return f;
+// The scripted engines' timing: every prefill, a consumer's first token, the
+// rest of its stream, a control call, and what a silent consumer costs.
+constexpr double kPrefillS = 0.1;
+constexpr double kFirstTokenS = 0.25;
+constexpr double kStreamTailS = 0.01;
+constexpr double kControlS = 0.001;
+constexpr double kSilentS = 1.0;
+
+// The adapter's failures for the legs scripted to fail.
+engines::EngineFailure NoHandoff() {
+  return testing::Failure(engines::FailureReason::kInvalidResponse,
+                          engines::BreakerClass::kKvHandoff, engines::FailureCause::kNoHandoff,
+                          "no handoff: response carries no kv_transfer_params");
 }
-
-// A scripted EngineClient. Control answers like a healthy narwhal-sim unless
-// a response is scripted for (iid, path). Prefill returns a descriptor naming
-// the producer and the backend request id, after `prefill_s` of clock time,
-// unless the producer is scripted to fail. Decode emits one token after
-// `first_token_s`, then [DONE], unless the consumer is scripted to stay
-// silent (a first-token timeout, like HttpEngineClient reports it) or to fail.
-class ScriptedClient : public engines::EngineClient {
- public:
-  struct PrefillCall {
-    std::string iid;
-    std::string backend_request_id;
-    json body;
-    MonoTime started;
-    MonoTime request_deadline;
-    std::optional<MonoTime> leg_deadline;
-  };
-  struct DecodeCall {
-    std::string consumer;
-    std::string handoff_producer;
-    std::string handoff_request_id;  // the PrefillResult's backend request id
-    json descriptor;
-    json body;
-    MonoTime started;
-    MonoTime request_deadline;
-  };
-  struct ControlCall {
-    std::string iid;
-    std::string path;
-    double timeout_s;
-  };
-
-  ScriptedClient(ManualClock* clock, std::string model) : clock_(clock), model_(std::move(model)) {}
-
-  double prefill_s = 0.1;
-  double first_token_s = 0.25;
-  double first_token_timeout_s = 1.0;  // what a silent consumer costs
-  std::string version = "0.29.1";
-
-  void SetControl(const std::string& iid, const std::string& path,
-                  engines::ControlResponse response) {
-    control_[{iid, path}] = std::move(response);
-  }
-  void FailPrefill(const std::string& iid, const std::string& detail) {
-    prefill_failures_[iid] = detail;
-  }
-  void SilentDecode(const std::string& iid) { silent_.insert(iid); }
-  void FailDecode(const std::string& iid, const std::string& detail) {
-    decode_failures_[iid] = detail;
-  }
-
-  const std::vector<PrefillCall>& prefills() const { return prefills_; }
-  const std::vector<DecodeCall>& decodes() const { return decodes_; }
-  const std::vector<ControlCall>& controls() const { return controls_; }
-  int ControlCallsTo(const std::string& iid) const {
-    return static_cast<int>(std::count_if(controls_.begin(), controls_.end(),
-                                          [&](const ControlCall& c) { return c.iid == iid; }));
-  }
-
-  engines::PrefillOutcome Prefill(const engines::EngineTarget& producer, engines::Api api,
-                                  const json& client_body,
-                                  const engines::LegOptions& options) override {
-    prefills_.push_back({producer.iid, options.backend_request_id, client_body, clock_->Now(),
-                         options.request_deadline, options.leg_deadline});
-    clock_->Advance(prefill_s);
-    engines::PrefillOutcome out;
-    if (auto it = prefill_failures_.find(producer.iid); it != prefill_failures_.end()) {
-      out.failure = Failure(engines::Phase::kPrefill, engines::FailureCause::kNone, it->second);
-      return out;
-    }
-    const json descriptor = {{"do_remote_prefill", true},
-                             {"remote_engine_id", producer.iid},
-                             {"remote_request_id", options.backend_request_id},
-                             {"remote_block_ids", {1, 2}}};
-    out.result.emplace(producer.iid, producer.url, api, options.backend_request_id, "NixlConnector",
-                       descriptor);
-    return out;
-  }
-
-  engines::DecodeOutcome Decode(const engines::EngineTarget& consumer,
-                                const engines::PrefillResult& handoff, const json& client_body,
-                                bool, const engines::LegOptions& options,
-                                engines::DecodeObserver& observer) override {
-    decodes_.push_back({consumer.iid, handoff.producer_iid(), handoff.backend_request_id(),
-                        handoff.parameters(), client_body, clock_->Now(),
-                        options.request_deadline});
-    engines::DecodeOutcome out;
-    if (silent_.count(consumer.iid) > 0) {
-      clock_->Advance(first_token_timeout_s);
-      out.failure = Failure(engines::Phase::kDecode, engines::FailureCause::kFirstTokenTimeout,
-                            "no first token within 1s: no frames at all");
-      return out;
-    }
-    if (auto it = decode_failures_.find(consumer.iid); it != decode_failures_.end()) {
-      out.failure = Failure(engines::Phase::kDecode, engines::FailureCause::kNone, it->second);
-      return out;
-    }
-    clock_->Advance(first_token_s);
-    const std::string chunk =
-        R"({"id":"c","object":"text_completion","choices":[{"index":0,"text":"hi","finish_reason":null}]})";
-    engines::StreamEvent event;
-    engines::ClassifyEvent(chunk, &event);
-    observer.OnEvent(chunk, event);
-    clock_->Advance(0.01);
-    return out;
-  }
-
-  engines::ControlResponse Control(const engines::EngineTarget& engine, std::string_view method,
-                                   std::string_view path, const std::string&,
-                                   double timeout_s) override {
-    controls_.push_back({engine.iid, std::string(path), timeout_s});
-    clock_->Advance(0.001);
-    if (auto it = control_.find({engine.iid, std::string(path)}); it != control_.end()) {
-      return it->second;
-    }
-    engines::ControlResponse r;
-    r.status = 200;
-    if (path == "/version") {
-      r.body = json{{"version", version}}.dump();
-    } else if (path == "/v1/models") {
-      r.body = json{{"object", "list"},
-                    {"data", {{{"id", model_}, {"object", "model"}, {"max_model_len", 32768}}}}}
-                   .dump();
-    } else if (method == "POST") {
-      r.body = json{{"system_fingerprint", "fp"}}.dump();
-    }
-    return r;
-  }
-
- private:
-  ManualClock* clock_;
-  std::string model_;
-  std::map<std::pair<std::string, std::string>, engines::ControlResponse> control_;
-  std::map<std::string, std::string> prefill_failures_;
-  std::map<std::string, std::string> decode_failures_;
-  std::set<std::string> silent_;
-  std::vector<PrefillCall> prefills_;
-  std::vector<DecodeCall> decodes_;
-  std::vector<ControlCall> controls_;
-};
+engines::EngineFailure MissingDone() {
+  return testing::Failure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream,
+                          engines::FailureCause::kUnterminated,
+                          "stream ended before the [DONE] terminator");
+}
 
 // Engines named by role: "p0" prefill, "d0" decode, anything else both.
 Settings Fleet(const std::vector<std::string>& iids) {
@@ -342,15 +212,23 @@ TEST(PreflightPairsTest, PairModeNames) {
 
 // --- Running preflight. ---
 
+// Engines that answer like healthy narwhal-sim processes serving the
+// fleet's model unless a test scripts otherwise.
 class PreflightRunTest : public ::testing::Test {
  protected:
+  PreflightRunTest() {
+    client_.SetDefaultPrefill({.latency_s = kPrefillS});
+    client_.SetDefaultDecode({.latency_s = kFirstTokenS, .tail_s = kStreamTailS});
+    client_.SetServedModel("Qwen/Qwen3-0.6B", 32768);
+    client_.set_control_latency(kControlS);
+  }
   PreflightReport Run(PairMode mode = PairMode::kMesh) {
     return RunPreflight(settings_, client_, clock_, mode);
   }
 
   Settings settings_ = Fleet({"p0", "p1", "d0", "d1"});
-  ManualClock clock_;
-  ScriptedClient client_{&clock_, "Qwen/Qwen3-0.6B"};
+  FakeClock clock_;
+  ScriptedEngines client_{clock_, &clock_, kSilentS};
 };
 
 TEST_F(PreflightRunTest, HealthyFleetPassesEveryGateInOrder) {
@@ -381,52 +259,55 @@ TEST_F(PreflightRunTest, HealthyFleetPassesEveryGateInOrder) {
 TEST_F(PreflightRunTest, ControlCallsAreBoundedByTheHealthTimeout) {
   settings_.engine_contract = Pinned("0.29.1");
   Run();
-  ASSERT_FALSE(client_.controls().empty());
+  const std::vector<Call> controls = client_.calls("control");
+  ASSERT_FALSE(controls.empty());
   std::set<std::string> paths;
-  for (const auto& c : client_.controls()) {
+  for (const Call& c : controls) {
     EXPECT_DOUBLE_EQ(c.timeout_s, 1.5) << c.path;
     paths.insert(c.path);
   }
-  EXPECT_EQ(paths, (std::set<std::string>{"/health", "/version", "/v1/models"}));
+  EXPECT_EQ(paths, (std::set<std::string>{"GET /health", "GET /version", "GET /v1/models"}));
 }
 
 TEST_F(PreflightRunTest, EveryPairGetsAFreshHandoffAndLegsAreBounded) {
   const PreflightReport r = Run();
   ASSERT_TRUE(r.passed);
   // Two produce checks, then one prefill per pair.
-  ASSERT_EQ(client_.prefills().size(), 2u + 4);
-  ASSERT_EQ(client_.decodes().size(), 4u);
+  const std::vector<Call> prefills = client_.calls("prefill");
+  const std::vector<Call> decodes = client_.calls("decode");
+  ASSERT_EQ(prefills.size(), 2u + 4);
+  ASSERT_EQ(decodes.size(), 4u);
   std::set<std::string> prefill_ids, prompts;
-  for (const auto& p : client_.prefills()) {
-    prefill_ids.insert(p.backend_request_id);
+  for (const Call& p : prefills) {
+    prefill_ids.insert(p.options.backend_request_id);
     prompts.insert(p.body["prompt"].get<std::string>());
     // Each probe leg: the first-token budget; each attempt: the request timeout.
-    ASSERT_TRUE(p.leg_deadline.has_value());
-    EXPECT_EQ(*p.leg_deadline, p.started + engines::FromSeconds(0.75));
-    EXPECT_EQ(p.request_deadline, p.started + engines::FromSeconds(30));
+    ASSERT_TRUE(p.options.leg_deadline.has_value());
+    EXPECT_EQ(*p.options.leg_deadline, p.at + engines::FromSeconds(0.75));
+    EXPECT_EQ(p.options.request_deadline, p.at + engines::FromSeconds(30));
   }
-  EXPECT_EQ(prefill_ids.size(), client_.prefills().size());
-  EXPECT_EQ(prompts.size(), client_.prefills().size()) << "every probe has a unique prompt";
+  EXPECT_EQ(prefill_ids.size(), prefills.size());
+  EXPECT_EQ(prompts.size(), prefills.size()) << "every probe has a unique prompt";
 
   std::set<std::string> decoded;
-  for (size_t i = 0; i < client_.decodes().size(); ++i) {
-    const auto& d = client_.decodes()[i];
+  for (size_t i = 0; i < decodes.size(); ++i) {
+    const Call& d = decodes[i];
     // The handoff decoded is the one the pair's own prefill produced, just before.
-    const auto& own_prefill = client_.prefills()[2 + i];
-    EXPECT_EQ(d.handoff_request_id, own_prefill.backend_request_id);
+    const Call& own_prefill = prefills[2 + i];
+    EXPECT_EQ(d.handoff_request_id, own_prefill.options.backend_request_id);
     EXPECT_EQ(d.handoff_producer, own_prefill.iid);
-    EXPECT_EQ(d.descriptor["remote_request_id"], own_prefill.backend_request_id);
-    EXPECT_NE(d.consumer, d.handoff_producer);
+    EXPECT_EQ(d.descriptor["remote_request_id"], own_prefill.options.backend_request_id);
+    EXPECT_NE(d.iid, d.handoff_producer);  // the consumer
     EXPECT_TRUE(decoded.insert(d.handoff_request_id).second) << "a handoff was reused";
-    EXPECT_EQ(d.request_deadline, own_prefill.started + engines::FromSeconds(30));
+    EXPECT_EQ(d.options.request_deadline, own_prefill.at + engines::FromSeconds(30));
     const int max_tokens = d.body["max_tokens"].get<int>();
     EXPECT_GE(max_tokens, 1);
     EXPECT_LE(max_tokens, 4);
     EXPECT_EQ(d.body["model"], "Qwen/Qwen3-0.6B");
   }
   // The produce gate's handoffs are never decoded.
-  EXPECT_EQ(decoded.count(client_.prefills()[0].backend_request_id), 0u);
-  EXPECT_EQ(decoded.count(client_.prefills()[1].backend_request_id), 0u);
+  EXPECT_EQ(decoded.count(prefills[0].options.backend_request_id), 0u);
+  EXPECT_EQ(decoded.count(prefills[1].options.backend_request_id), 0u);
 }
 
 TEST_F(PreflightRunTest, RingRunsOnlyRingPairs) {
@@ -436,7 +317,7 @@ TEST_F(PreflightRunTest, RingRunsOnlyRingPairs) {
   ASSERT_EQ(r.transfers.size(), 2u);
   EXPECT_EQ(Transfer(r, "p0", "d0").outcome, "passed");
   EXPECT_EQ(Transfer(r, "p1", "d1").outcome, "passed");
-  EXPECT_EQ(client_.decodes().size(), 2u);
+  EXPECT_EQ(client_.calls("decode").size(), 2u);
 }
 
 TEST_F(PreflightRunTest, DurationsComeFromTheClock) {
@@ -459,7 +340,9 @@ TEST_F(PreflightRunTest, NoContractPassesTheContractGateWithoutAsking) {
   EXPECT_FALSE(Gate(r, "contract").skipped);
   EXPECT_EQ(Gate(r, "contract").detail, "no engine_contract configured");
   EXPECT_EQ(Check(r, "contract", "p0"), nullptr);
-  for (const auto& c : client_.controls()) EXPECT_NE(c.path, "/version");
+  for (const Call& c : client_.calls("control")) {
+    EXPECT_FALSE(c.path.ends_with(" /version")) << c.path;
+  }
 }
 
 TEST_F(PreflightRunTest, UnreachableEngineFailsReachAndIsSkippedLater) {
@@ -476,7 +359,7 @@ TEST_F(PreflightRunTest, UnreachableEngineFailsReachAndIsSkippedLater) {
   EXPECT_EQ(Check(r, "contract", "d1")->outcome, "skipped");
   EXPECT_EQ(Check(r, "model", "d1")->outcome, "skipped");
   EXPECT_EQ(Check(r, "model", "d1")->detail, "skipped: failed reach");
-  EXPECT_EQ(client_.ControlCallsTo("d1"), 1);  // only /health
+  EXPECT_EQ(client_.calls("control", "d1").size(), 1u);  // only /health
   // The rest of the fleet is still checked and transfers where it can.
   EXPECT_TRUE(Gate(r, "contract").passed);
   EXPECT_TRUE(Gate(r, "model").passed);
@@ -485,7 +368,7 @@ TEST_F(PreflightRunTest, UnreachableEngineFailsReachAndIsSkippedLater) {
   EXPECT_EQ(Transfer(r, "p0", "d0").outcome, "passed");
   EXPECT_EQ(Transfer(r, "p0", "d1").outcome, "skipped");
   EXPECT_EQ(Transfer(r, "p1", "d1").detail, "skipped: consumer d1 failed reach");
-  for (const auto& d : client_.decodes()) EXPECT_NE(d.consumer, "d1");
+  for (const Call& d : client_.calls("decode")) EXPECT_NE(d.iid, "d1");
 }
 
 TEST_F(PreflightRunTest, EveryEngineUnreachableSkipsTheLaterGates) {
@@ -503,8 +386,8 @@ TEST_F(PreflightRunTest, EveryEngineUnreachableSkipsTheLaterGates) {
   EXPECT_EQ(Gate(r, "produce").detail, "every engine failed an earlier gate");
   EXPECT_EQ(Gate(r, "consume").detail, "every pair has an engine that failed an earlier gate");
   EXPECT_EQ(Transfer(r, "p0", "d0").detail, "skipped: producer p0 failed reach");
-  EXPECT_TRUE(client_.prefills().empty());
-  EXPECT_TRUE(client_.decodes().empty());
+  EXPECT_TRUE(client_.calls("prefill").empty());
+  EXPECT_TRUE(client_.calls("decode").empty());
 }
 
 TEST_F(PreflightRunTest, ContractMismatchSkipsProduceAndConsume) {
@@ -528,8 +411,8 @@ TEST_F(PreflightRunTest, ContractMismatchSkipsProduceAndConsume) {
     EXPECT_FALSE(Gate(r, name).passed) << name;
     EXPECT_EQ(Gate(r, name).detail, "contract gate failed");
   }
-  EXPECT_TRUE(client_.prefills().empty());
-  EXPECT_TRUE(client_.decodes().empty());
+  EXPECT_TRUE(client_.calls("prefill").empty());
+  EXPECT_TRUE(client_.calls("decode").empty());
   EXPECT_EQ(Check(r, "produce", "p0")->outcome, "skipped");
   ASSERT_EQ(r.transfers.size(), 4u);
   for (const PreflightPair& p : r.transfers) EXPECT_EQ(p.outcome, "skipped");
@@ -553,7 +436,7 @@ TEST_F(PreflightRunTest, WrongModelFailsTheModelGateAndKeepsTheEngineOutOfTransf
 }
 
 TEST_F(PreflightRunTest, FailingProducerFailsProduceAndConsume) {
-  client_.FailPrefill("p1", "no handoff: response carries no kv_transfer_params");
+  client_.SetPrefill("p1", {.failure = NoHandoff(), .latency_s = kPrefillS});
   const PreflightReport r = Run();
   EXPECT_FALSE(r.passed);
   EXPECT_FALSE(Gate(r, "produce").passed);
@@ -571,12 +454,12 @@ TEST_F(PreflightRunTest, FailingProducerFailsProduceAndConsume) {
     EXPECT_EQ(Transfer(r, "p0", consumer).outcome, "passed");
   }
   // Each pair tried its own fresh prefill; no decode ran without a handoff.
-  EXPECT_EQ(client_.prefills().size(), 2u + 4);
-  for (const auto& d : client_.decodes()) EXPECT_EQ(d.handoff_producer, "p0");
+  EXPECT_EQ(client_.calls("prefill").size(), 2u + 4);
+  for (const Call& d : client_.calls("decode")) EXPECT_EQ(d.handoff_producer, "p0");
 }
 
 TEST_F(PreflightRunTest, ConsumerWithoutFirstTokenIsAnUnconfirmedTransfer) {
-  client_.SilentDecode("d1");
+  client_.SetDecode("d1", {.silent = true});
   const PreflightReport r = Run();
   EXPECT_FALSE(r.passed);
   EXPECT_TRUE(Gate(r, "produce").passed);
@@ -595,7 +478,7 @@ TEST_F(PreflightRunTest, ConsumerWithoutFirstTokenIsAnUnconfirmedTransfer) {
 }
 
 TEST_F(PreflightRunTest, OtherDecodeFailuresAreFailedWithTheirDetail) {
-  client_.FailDecode("d0", "stream ended before the [DONE] terminator");
+  client_.SetDecode("d0", {.failure = MissingDone()});
   const PreflightReport r = Run(PairMode::kRing);
   EXPECT_FALSE(r.passed);
   const PreflightPair& p = Transfer(r, "p0", "d0");
@@ -618,7 +501,7 @@ TEST_F(PreflightRunTest, FleetWithoutPairsStillProduces) {
 // --- Report forms. ---
 
 TEST_F(PreflightRunTest, JsonCarriesEveryField) {
-  client_.SilentDecode("d1");
+  client_.SetDecode("d1", {.silent = true});
   const json j = Run(PairMode::kRing).ToJson();
   EXPECT_EQ(j["passed"], false);
   EXPECT_DOUBLE_EQ(j["started_at"].get<double>(), 1.7e9);
@@ -660,7 +543,7 @@ TEST_F(PreflightRunTest, JsonCarriesEveryField) {
 }
 
 TEST_F(PreflightRunTest, TableListsGatesChecksAndTransfersInAlignedColumns) {
-  client_.SilentDecode("d1");
+  client_.SetDecode("d1", {.silent = true});
   const std::string table = Run().ToTable();
   std::vector<std::string> lines;
   for (size_t start = 0; start < table.size();) {

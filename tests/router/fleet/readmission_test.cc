@@ -18,7 +18,8 @@
 #include "router/fleet/event_bus.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/prober.h"
-#include "tests/router/fleet/scripted_engines.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/scripted_engines.h"
 
 namespace narwhal::breaker_test {
 namespace {
@@ -28,6 +29,7 @@ using json = nlohmann::json;
 using router::PlacementState;
 using router::ProbeKind;
 using router::Role;
+using testing::ScriptedEngines;
 
 class ReadmissionTest : public ::testing::Test {
  protected:
@@ -75,7 +77,7 @@ class ReadmissionTest : public ::testing::Test {
   }
 
   router::Settings settings_;
-  ManualClock clock_;
+  testing::FakeClock clock_;
   prometheus::Registry registry_;
   router::Metrics metrics_;
   router::EventBus bus_;
