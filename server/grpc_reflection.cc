@@ -15,6 +15,17 @@ using google::protobuf::DescriptorPool;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::FileDescriptor;
 
+// A client's name in an error message: printable ASCII, at most 128 bytes.
+std::string Shown(const std::string& name) {
+  constexpr size_t kMaxShown = 128;
+  std::string out;
+  for (const char c : name) {
+    if (out.size() >= kMaxShown) return out + "...";
+    out += c >= 0x20 && c < 0x7f ? c : '?';
+  }
+  return out;
+}
+
 void SetError(grpc::StatusCode code, std::string message, v1::ServerReflectionResponse* out) {
   v1::ErrorResponse* error = out->mutable_error_response();
   error->set_error_code(static_cast<int>(code));
@@ -108,24 +119,24 @@ v1::ServerReflectionResponse ReflectionV1Service::Answer(
       break;
     case v1::ServerReflectionRequest::kFileByFilename:
       SetFile(pool->FindFileByName(request.file_by_filename()),
-              "file " + request.file_by_filename(), &out);
+              "file " + Shown(request.file_by_filename()), &out);
       break;
     case v1::ServerReflectionRequest::kFileContainingSymbol:
       SetFile(pool->FindFileContainingSymbol(request.file_containing_symbol()),
-              "symbol " + request.file_containing_symbol(), &out);
+              "symbol " + Shown(request.file_containing_symbol()), &out);
       break;
     case v1::ServerReflectionRequest::kFileContainingExtension: {
       const v1::ExtensionRequest& ext = request.file_containing_extension();
       const Descriptor* type = pool->FindMessageTypeByName(ext.containing_type());
       if (type == nullptr) {
-        SetError(grpc::StatusCode::NOT_FOUND, "type " + ext.containing_type() + " not found",
-                 &out);
+        SetError(grpc::StatusCode::NOT_FOUND,
+                 "type " + Shown(ext.containing_type()) + " not found", &out);
         break;
       }
       const FieldDescriptor* field = pool->FindExtensionByNumber(type, ext.extension_number());
       SetFile(field == nullptr ? nullptr : field->file(),
               "extension " + std::to_string(ext.extension_number()) + " of " +
-                  ext.containing_type(),
+                  Shown(ext.containing_type()),
               &out);
       break;
     }
@@ -133,7 +144,7 @@ v1::ServerReflectionResponse ReflectionV1Service::Answer(
       const Descriptor* type = pool->FindMessageTypeByName(request.all_extension_numbers_of_type());
       if (type == nullptr) {
         SetError(grpc::StatusCode::NOT_FOUND,
-                 "type " + request.all_extension_numbers_of_type() + " not found", &out);
+                 "type " + Shown(request.all_extension_numbers_of_type()) + " not found", &out);
         break;
       }
       std::vector<const FieldDescriptor*> extensions;

@@ -10,7 +10,9 @@
 // A file answer carries the file and every file it depends on, transitively,
 // each once. What the pool does not hold is a NOT_FOUND error answer, a
 // request with none of these set INVALID_ARGUMENT; the stream stays open
-// either way.
+// either way. A name in an error message is cut to 128 printable bytes; a
+// request is at most the listener's gRPC message limit, and a stream has one
+// request in flight at a time.
 #ifndef NARWHAL_SERVER_GRPC_REFLECTION_H_
 #define NARWHAL_SERVER_GRPC_REFLECTION_H_
 

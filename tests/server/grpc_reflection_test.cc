@@ -122,5 +122,15 @@ TEST_F(ReflectionV1Test, WhatThePoolLacksIsNotFoundAndAnEmptyRequestInvalid) {
             static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
 }
 
+TEST_F(ReflectionV1Test, AHugeHostileNameIsCutInTheErrorMessage) {
+  v1::ServerReflectionRequest q;
+  q.set_file_containing_symbol(std::string(1 << 20, '\n') + "x");
+  const v1::ServerReflectionResponse r = service_.Answer(q);
+  EXPECT_EQ(r.error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_LT(r.error_response().error_message().size(), 200u);
+  EXPECT_EQ(r.error_response().error_message().find('\n'), std::string::npos);
+  EXPECT_EQ(r.error_response().error_message().rfind("symbol ???", 0), 0u);
+}
+
 }  // namespace
 }  // namespace narwhal::server
