@@ -43,7 +43,7 @@ UNIT_TARGETS=(
   client_request_id_test process_metrics_test
   admission_test http_generation_request_test grpc_call_test
   engine_wait_test context_limit_test access_log_test status_table_test journal_row_test
-  series_at_zero_test
+  series_at_zero_test grpc_reflection_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test

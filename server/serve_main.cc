@@ -36,6 +36,7 @@
 #include "server/engine_options.h"
 #include "server/grpc_credentials.h"
 #include "server/grpc_health.h"
+#include "server/grpc_reflection.h"
 #include "server/http/tls_context.h"
 #include "server/idle_memory_release.h"
 #include "server/inference_service.h"
@@ -191,8 +192,10 @@ bool ParseArgs(int argc, char** argv, Args* args) {
 // the actual port), or null when it cannot bind. A second server on the same
 // port fails instead of sharing it (no SO_REUSEPORT). `max_receive_bytes`
 // > 0 replaces gRPC's bound on a received message.
+// `service` and grpc.reflection.v1 (`reflection`) on `address`; gRPC's
+// health and v1alpha reflection services join every server by themselves.
 std::unique_ptr<grpc::Server> StartGrpcServer(
-    const std::string& address, grpc::Service* service,
+    const std::string& address, grpc::Service* service, ReflectionV1Service* reflection,
     const std::shared_ptr<grpc::ServerCredentials>& credentials, int* bound,
     int max_receive_bytes = 0) {
   grpc::ServerBuilder builder;
@@ -200,6 +203,7 @@ std::unique_ptr<grpc::Server> StartGrpcServer(
   if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(max_receive_bytes);
   builder.AddListeningPort(address, credentials, bound);
   builder.RegisterService(service);
+  builder.RegisterService(reflection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server && *bound == 0) server.reset();
   return server;
@@ -389,6 +393,8 @@ int Serve(const Args& args) {
   // reflection.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   EnableGrpcHealthService();
+  ReflectionV1Service inference_reflection({narwhal::v1::Inference::service_full_name()});
+  ReflectionV1Service admin_reflection({narwhal::admin::v1::Admin::service_full_name()});
   InferenceService inference(settings, router, clock, loops,
                              EnvOrEmpty(settings.serving.api_key_env));
   std::string grpc_host;
@@ -396,8 +402,8 @@ int Serve(const Args& args) {
   SplitHostPort(settings.listen.grpc, &grpc_host, &grpc_port);
   int grpc_bound = 0;
   std::unique_ptr<grpc::Server> grpc_server =
-      StartGrpcServer(settings.listen.grpc, &inference, grpc_credentials, &grpc_bound,
-                      GrpcMaxReceiveBytes(settings));
+      StartGrpcServer(settings.listen.grpc, &inference, &inference_reflection, grpc_credentials,
+                      &grpc_bound, GrpcMaxReceiveBytes(settings));
   if (!grpc_server) {
     LogError("narwhal-serve: cannot bind the gRPC listener to " + settings.listen.grpc);
     shim.StopAccepting();
@@ -410,7 +416,8 @@ int Serve(const Args& args) {
   SplitHostPort(settings.listen.admin, &admin_host, &admin_port);
   int admin_bound = 0;
   std::unique_ptr<grpc::Server> admin_server =
-      StartGrpcServer(settings.listen.admin, &admin, grpc_credentials, &admin_bound);
+      StartGrpcServer(settings.listen.admin, &admin, &admin_reflection, grpc_credentials,
+                      &admin_bound);
   if (!admin_server) {
     LogError("narwhal-serve: cannot bind the admin listener to " + settings.listen.admin);
     shim.StopAccepting();

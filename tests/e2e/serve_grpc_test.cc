@@ -193,6 +193,29 @@ class ServeGrpcTest : public E2eTest {
   }
 };
 
+TEST_F(ServeGrpcTest, BothReflectionProtocolsDescribeTheInferenceService) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  const std::string url = absl::StrCat("http://127.0.0.1:", router.grpc_port());
+  for (const char* protocol : {"grpc-v1", "grpc-v1alpha"}) {
+    CommandResult services =
+        RunShell(BufCurl(absl::StrCat("--reflect-protocol ", protocol, " --list-services ", url)));
+    EXPECT_EQ(services.exit_code, 0) << protocol << "\n" << services.out;
+    EXPECT_TRUE(absl::StrContains(services.out, "narwhal.v1.Inference")) << services.out;
+    EXPECT_TRUE(absl::StrContains(services.out, "grpc.health.v1.Health")) << services.out;
+    CommandResult methods =
+        RunShell(BufCurl(absl::StrCat("--reflect-protocol ", protocol, " --list-methods ", url)));
+    EXPECT_EQ(methods.exit_code, 0) << protocol << "\n" << methods.out;
+    EXPECT_TRUE(absl::StrContains(methods.out, "narwhal.v1.Inference/Generate")) << methods.out;
+  }
+  // A call described through v1 alone.
+  CountRequest(router);
+  CommandResult complete = RunShell(BufCurl(absl::StrCat(
+      "--reflect-protocol grpc-v1 -d '{\"model\":\"", kModel,
+      "\",\"prompt\":\"v1 prompt\",\"maxTokens\":3}' ", url, "/narwhal.v1.Inference/Complete")));
+  ASSERT_EQ(complete.exit_code, 0) << complete.out;
+  EXPECT_TRUE(absl::StrContains(complete.out, "\"text\"")) << complete.out;
+}
+
 TEST_F(ServeGrpcTest, BufCurlListsMethodsAndGeneratesThroughReflection) {
   ServeProcess& router = StartRouter({"p0", "d0"});
   const std::string url = absl::StrCat("http://127.0.0.1:", router.grpc_port());

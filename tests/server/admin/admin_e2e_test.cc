@@ -109,6 +109,19 @@ TEST_F(AdminEndToEndTest, BufCurlFindsTheAdminServiceByReflection) {
   }
 }
 
+TEST_F(AdminEndToEndTest, ReflectionV1DescribesTheAdminService) {
+  auto serve = StartServe({});
+  ASSERT_TRUE(serve);
+  CommandResult methods = BufCurl(*serve, "--list-methods", "", {"--reflect-protocol", "grpc-v1"});
+  ASSERT_EQ(methods.exit_code, 0) << methods.err;
+  EXPECT_NE(methods.out.find("narwhal.admin.v1.Admin/ListEngines"), std::string::npos)
+      << methods.out;
+  const nlohmann::json list =
+      ParseOutput(BufCurl(*serve, "ListEngines", "", {"--reflect-protocol", "grpc-v1"}));
+  ASSERT_TRUE(list.contains("engines")) << list.dump(2);
+  EXPECT_EQ(list["engines"].size(), 4u);
+}
+
 TEST_F(AdminEndToEndTest, BufCurlListEnginesAndGetConfigWithoutProtoFiles) {
   auto serve = StartServe({});
   ASSERT_TRUE(serve);
