@@ -172,7 +172,7 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   std::set<std::shared_ptr<PendingUnaryCall>> pending_;
   // Open WatchEvents streams, for Shutdown.
   std::set<std::shared_ptr<router::EventBus::Watcher>> watchers_;
-  std::chrono::steady_clock::time_point next_watch_log_;
+  router::MonoTime next_watch_log_{};
   long long watch_logs_suppressed_ = 0;
 
   // Last member: destroyed (joined) first, while the state above is alive.

@@ -211,7 +211,7 @@ void AdminService::LogWatchLimit(const std::string& message) {
   long long suppressed = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
+    const router::MonoTime now = clock_.Now();
     if (now < next_watch_log_) {
       ++watch_logs_suppressed_;
       return;
