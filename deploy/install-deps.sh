@@ -2,11 +2,20 @@
 # Installs everything narwhal needs on Debian bookworm: the apt packages in
 # deploy/apt-packages.txt and the npm test clients in tests/clients.
 # Idempotent: re-running it only installs what is missing.
+#
+#   NARWHAL_DEPS=run   only what building and running narwhal needs: the
+#                      packages above the `## tests` line, no npm clients
+#   NARWHAL_SKIP_NPM=1 every apt package, no npm clients
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 
-mapfile -t pkgs < <(grep -vE '^\s*(#|$)' "$here/apt-packages.txt")
+packages="$(cat "$here/apt-packages.txt")"
+if [[ "${NARWHAL_DEPS:-all}" == run ]]; then
+  packages="$(sed '/^## tests$/,$d' <<<"$packages")"
+  NARWHAL_SKIP_NPM=1
+fi
+mapfile -t pkgs < <(grep -vE '^\s*(#|$)' <<<"$packages")
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

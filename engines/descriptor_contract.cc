@@ -4,6 +4,8 @@
 #include <functional>
 #include <vector>
 
+#include "engines/remote_host_guard.h"
+
 namespace narwhal::engines {
 namespace {
 
@@ -116,6 +118,17 @@ const std::vector<Rule>& Rules() {
          if (IsNonEmptyString(v)) return "";
          return "remote_host must be a non-empty string (got " + (v ? Quoted(*v) : "nothing") +
                 ")";
+       }},
+      {"forbidden_remote_host",
+       [](const Context& c) -> std::string {
+         // Only where the producer's word is forwarded as is: `match` holds
+         // it to the configured host, `rewrite` replaced it.
+         if (c.policy != RemoteHostPolicy::kPass) return "";
+         const std::string& host = c.d.at("remote_host").get_ref<const std::string&>();
+         const std::string_view kind = ForbiddenRemoteHostKind(host);
+         if (kind.empty()) return "";
+         return "remote_host " + Quoted(host) + " is " + std::string(kind) +
+                ", which a consumer is never sent to (handoff.remote_host: pass)";
        }},
       {"remote_host_mismatch",
        [](const Context& c) -> std::string {

@@ -19,6 +19,9 @@
 //                       or one such list per KV-cache group
 //   bad_request_id      remote_request_id is a non-empty string
 //   bad_remote_host     remote_host is a non-empty string
+//   forbidden_remote_host ... and under policy `pass` not an unspecified,
+//                       link-local or cloud metadata address or name
+//                       (engines/remote_host_guard.h)
 //   remote_host_mismatch  ... equal to the producer's host (policy `match`)
 //   bad_remote_port     remote_port is an integer in 1..65535
 //   bad_size            tp_size, dcp_size, pp_size, when present, are positive

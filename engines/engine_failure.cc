@@ -137,6 +137,11 @@ std::string EngineErrorMessage(const std::string& body) {
   return EngineText(message.empty() ? std::string_view(body) : std::string_view(message));
 }
 
+bool EngineRefusesRouter(int engine_status) {
+  return engine_status == 401 || engine_status == 403 || engine_status == 404 ||
+         engine_status == 405 || engine_status == 407;
+}
+
 EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engine_status,
                                    const std::string& message, bool in_stream) {
   const std::string source = in_stream ? "engine stream error " : "engine returned HTTP ";
@@ -147,6 +152,17 @@ EngineFailure ClassifyEngineStatus(Phase phase, const std::string& iid, int engi
   if (engine_status == 408 || engine_status == 429) {
     f = MakeFailure(phase, iid, FailureReason::kEngineOverloaded, BreakerClass::kOverload, cause,
                     detail, true);
+  } else if (EngineRefusesRouter(engine_status)) {
+    // The request reached the engine as the router built it (the client's
+    // model and path were checked at the door): the engine's key, served
+    // model or paths are not the router's. Evidence against the engine, and
+    // another engine may serve the request.
+    f = MakeFailure(phase, iid, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                    FailureCause::kEngineRefusedRouter,
+                    detail +
+                        " (the engine refuses the router: check engine.api_key_env, the "
+                        "served model name and the engine's URL)",
+                    true);
   } else if (engine_status >= 400 && engine_status < 500) {
     // The client's own request was refused (e.g. prompt too long): its status
     // and message go back unchanged, and it is not evidence against the engine.

@@ -40,7 +40,8 @@ enum class FailureReason {
   kEngineConnection,   // an established connection broke before a response
   kEngineTimeout,      // engine 504, prefill timeout, first-token or between-token timeout
   kEngineOverloaded,   // engine 408/429
-  kEngineRejected,     // engine 4xx other than 408/429 (e.g. prompt too long)
+  kEngineRejected,     // engine 4xx other than 401/403/404/405/407/408/429 (e.g. prompt
+                       // too long): the client's own request refused
   kEngineError,        // other status, error object, invalid stream termination
   kInvalidResponse,    // unreadable descriptor, invalid continuation, unassemblable body
   kDeadline,           // the original request's deadline passed
@@ -66,6 +67,9 @@ enum class FailureCause {
   kFirstTokenTimeout,    // no first token in time (B12)
   kReadTimeout,          // silence between tokens (B13)
   kEngineStatus,         // the engine answered an HTTP error status (engine_status)
+  kEngineRefusedRouter,  // the engine refused the router itself: 401, 403, 404, 405 or
+                         // 407 (its API key, its served model name or its paths differ
+                         // from the router's config), never the client's mistake
   kStreamError,          // an error object inside a 200 stream (engine_status = its code)
   kNoHandoff,            // the prefill response carried no usable handoff
   kInvalidContinuation,  // the handoff was refused before decode (B3; handoff_rejection)
@@ -75,6 +79,7 @@ enum class FailureCause {
   kUnterminated,         // the stream ended without [DONE]
   kUnassemblable,        // a non-streaming response could not be assembled
   kClientTooSlow,        // the client stopped reading until the deadline
+  kEngineRemoved,        // the engine left the fleet and the leg outlasted the drain (B23)
 };
 
 struct EngineFailure {
@@ -139,6 +144,11 @@ std::string EngineText(std::string_view bytes);
 // string shapes; else the raw text), as EngineText. Bodies larger than 64 KiB
 // are not parsed: their leading text is the message.
 std::string EngineErrorMessage(const std::string& body);
+
+// Whether an engine's status says it refuses the router itself rather than
+// the client's request: 401, 403, 404, 405 and 407 on an inference leg (the
+// door has already checked the client's model, path and key).
+bool EngineRefusesRouter(int engine_status);
 
 // Classifies an engine's HTTP error status (or, with `in_stream`, an error
 // object inside a 200 stream, B11) into the one failure record. `message` is

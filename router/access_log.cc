@@ -35,6 +35,7 @@ absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& pa
   journal.name = "access log";
   journal.max_pending_rows = options.max_pending_lines;
   journal.write = std::move(options.write);
+  journal.refusal_rows_per_s = 0;  // one line per request, refusals included
   auto writer = Journal::Open(path == "-" ? "/dev/stdout" : path, std::move(journal));
   if (!writer.ok()) return writer.status();
   return std::unique_ptr<AccessLog>(new AccessLog(std::move(*writer)));

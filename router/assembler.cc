@@ -38,8 +38,8 @@ void Assembler::MergeLogprobs(ChoiceState& c, const json& lp) {
 
 bool Assembler::Add(std::string_view data) {
   if (!error_.empty()) return false;
-  if (!engines::JsonDepthWithin(data)) {
-    error_ = "decode stream carried an event that " + engines::DepthLimitText();
+  if (const engines::JsonVerdict v = engines::CheckJson(data); v != engines::JsonVerdict::kWithin) {
+    error_ = "decode stream carried an event that " + engines::JsonLimitText(v, data.size());
     return false;
   }
   json chunk = engines::ParseJson(data);

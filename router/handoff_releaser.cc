@@ -33,6 +33,12 @@ ReleaseOutcome OutcomeOf(const engines::DecodeOutcome& out, bool reject) {
       return ReleaseOutcome::kTimeout;
     case FailureReason::kEngineRejected:
       return reject ? ReleaseOutcome::kRejected : ReleaseOutcome::kFailed;
+    case FailureReason::kEngineError:
+      // The unserved model's 404 (or any refusal of the router's request
+      // before admission) is the refusal a "reject" release asks for.
+      return reject && out.failure->cause == engines::FailureCause::kEngineRefusedRouter
+                 ? ReleaseOutcome::kRejected
+                 : ReleaseOutcome::kFailed;
     default:
       return ReleaseOutcome::kFailed;
   }
@@ -63,7 +69,7 @@ json ReleaseBody(const json& client_body, bool reject) {
 
 struct HandoffReleaser::Job {
   Job(const engines::PrefillResult& h, Fleet::Reservation r, json b, AbandonReason why,
-      std::string id, bool rej)
+      std::string id, bool rej, double timeout_s)
       // A fresh handoff object for the one release leg: the abandoned one
       // may already be claimed by the decode that never reached a consumer.
       : handoff(h.producer_iid(), h.producer_url(), h.endpoint(), h.backend_request_id(),
@@ -72,7 +78,8 @@ struct HandoffReleaser::Job {
         body(std::move(b)),
         reason(why),
         rid(std::move(id)),
-        reject(rej) {}
+        reject(rej),
+        release_timeout_s(timeout_s) {}
 
   engines::PrefillResult handoff;
   Fleet::Reservation consumer;
@@ -80,6 +87,7 @@ struct HandoffReleaser::Job {
   AbandonReason reason;
   std::string rid;
   bool reject;
+  double release_timeout_s;
 };
 
 HandoffReleaser::HandoffReleaser(const Settings& settings, engines::AsyncEngineClient& engines,
@@ -107,7 +115,7 @@ void HandoffReleaser::Done() {
 }
 
 ReleaseDispatch HandoffReleaser::Release(const Abandoned& a, const engines::Executor& executor) {
-  const HandoffSettings& h = settings_.handoff;
+  const HandoffSettings& h = a.settings != nullptr ? *a.settings : settings_.handoff;
   const std::string& producer = a.handoff->producer_iid();
   const std::string what = "request " + a.rid + ": KV handoff from " + producer + " abandoned (" +
                            std::string(AbandonReasonName(a.reason)) + ")";
@@ -163,7 +171,8 @@ ReleaseDispatch HandoffReleaser::Release(const Abandoned& a, const engines::Exec
   const bool reject = h.release == "reject";
   LogInfo(what + "; releasing it by " + h.release + " through " + consumer->target().iid);
   auto job = std::make_shared<Job>(*a.handoff, std::move(*consumer),
-                                   ReleaseBody(a.client_body, reject), a.reason, a.rid, reject);
+                                   ReleaseBody(a.client_body, reject), a.reason, a.rid, reject,
+                                   h.release_timeout_s);
   boost::asio::co_spawn(executor, Run(std::move(job)), boost::asio::detached);
   return ReleaseDispatch::kStarted;
 }
@@ -176,7 +185,7 @@ engines::Awaitable<void> HandoffReleaser::Run(std::shared_ptr<Job> job) {
     engines::LegOptions options;
     options.backend_request_id = ReleaseRequestId(job->handoff.backend_request_id());
     options.request_deadline =
-        clock_.Now() + engines::FromSeconds(settings_.handoff.release_timeout_s);
+        clock_.Now() + engines::FromSeconds(job->release_timeout_s);
     options.cancel = &shutdown_;
     DiscardObserver observer;
     engines::DecodeOutcome out =

@@ -73,6 +73,9 @@ class HandoffReleaser {
     MonoTime handoff_start{};             // when its prefill was dispatched
     std::vector<std::string> avoid = {};  // consumers to avoid when another exists
     std::string rid = {};                 // for the log and the backend request id
+    // The handoff settings of the request's config generation (null: the
+    // releaser's own).
+    const HandoffSettings* settings = nullptr;
   };
 
   // Counts the abandoned handoff and starts its release on `executor`.

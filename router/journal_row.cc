@@ -57,6 +57,7 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
       {"decode_iid", OrNull(record.decode_iid)},
       {"crossed", !record.decode_iid.empty() && record.decode_iid != record.prefill_iid},
       {"attempts", record.attempts},
+      {"fleet_generation", request.config != nullptr ? json(request.config->number) : json(nullptr)},
       {"attempt_failures", AttemptFailures(record.failures, status)},
       {"output_started", outcome.output_started},
       {"output_tokens", outcome.output_tokens},

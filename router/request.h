@@ -2,11 +2,13 @@
 #ifndef NARWHAL_ROUTER_REQUEST_H_
 #define NARWHAL_ROUTER_REQUEST_H_
 
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "engines/api.h"
+#include "router/common/live_settings.h"
 
 namespace narwhal::router {
 
@@ -26,6 +28,9 @@ struct Request {
   // The original request's deadline: arrival + serving.request_timeout_s, or
   // earlier when the client set one (gRPC deadline).
   engines::MonoTime deadline = engines::MonoTime::max();
+  // The config generation the request was admitted under: it keeps these
+  // settings for its whole life (B20). Null: the router's current one.
+  std::shared_ptr<const ConfigGeneration> config;
 };
 
 }  // namespace narwhal::router

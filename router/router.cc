@@ -1,10 +1,13 @@
 #include "router/router.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <future>
+#include <thread>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -121,6 +124,44 @@ class AttemptRelay : public engines::DecodeObserver {
   bool client_too_slow_ = false;
 };
 
+// One leg's cancellation: its client went away (B19), or its engine left
+// the fleet and the leg outlasted membership.drain_timeout_s (B23). The leg
+// watches one token; which of the two fired decides what the failure is.
+class LegCancel {
+ public:
+  // Holds `engine`: its reservation is released when the leg ends, and an
+  // engine that left the fleet is freed once nothing holds it, while the
+  // hook on its token lives until this is destroyed.
+  LegCancel(engines::CancelToken& client, EngineRef engine)
+      : engine_(std::move(engine)),
+        client_hook_(&client, [this] { token_.Cancel(); }),
+        engine_hook_(&engine_->removed(), [this] {
+          engine_removed_.store(true, std::memory_order_release);
+          token_.Cancel();
+        }) {}
+  engines::CancelToken* token() { return &token_; }
+  // The leg ended cancelled by its engine's removal, not by its client:
+  // an engine fault (retried before output as any), never breaker evidence.
+  bool EngineRemoved(const engines::CancelToken& client) const {
+    return engine_removed_.load(std::memory_order_acquire) && !client.cancelled();
+  }
+
+ private:
+  engines::CancelToken token_;
+  std::atomic<bool> engine_removed_{false};
+  const EngineRef engine_;
+  // Destroyed first (declared last): no callback runs after them.
+  engines::CancelToken::Registration client_hook_;
+  engines::CancelToken::Registration engine_hook_;
+};
+
+EngineFailure EngineRemovedFailure(Phase phase, const std::string& iid) {
+  return engines::MakeFailure(
+      phase, iid, FailureReason::kEngineConnection, engines::BreakerClass::kNone,
+      engines::FailureCause::kEngineRemoved,
+      "engine removed from the fleet: its legs outlasted membership.drain_timeout_s", true);
+}
+
 // A failure the router itself decides (deadline, handoff age, cancellation,
 // an unassemblable body, a client too slow): never breaker evidence.
 EngineFailure RouterFailure(Phase phase, const std::string& iid, FailureReason reason,
@@ -172,7 +213,7 @@ class Router::Run {
 
   // One prefill + decode attempt. Returns true when a retry should follow.
   engines::Awaitable<bool> RunAttempt(int attempt) {
-    const Settings& s = r_.settings_;
+    const Settings& s = request_.config->settings;
     if (sink_->cancelled()) {
       RefundCredit();
       Finish(FailureOutcome(Cancelled(Phase::kPrefill), false));
@@ -210,6 +251,10 @@ class Router::Run {
     }
     credit_held_ = false;  // the retry's credit is spent once its prefill dispatches
     const engines::EngineTarget producer_target = producer->target();
+    // What this attempt tells the fleet, posted once when it ends.
+    report_.emplace();
+    report_->producer = producer_target.iid;
+    report_->producer_incarnation = producer->engine()->id();
     record_.prefill_iid = producer_target.iid;
     record_.decode_iid.clear();
     record_.placed = true;
@@ -222,10 +267,15 @@ class Router::Run {
     prefill_options.request_deadline = request_.deadline;
     const MonoTime handoff_start = r_.clock_.Now();  // B7: handoff age starts here
     prefill_options.leg_deadline = handoff_start + engines::FromSeconds(s.serving.prefill_timeout_s);
-    prefill_options.cancel = &sink_->cancel_token();
+    LegCancel prefill_cancel(sink_->cancel_token(), producer->engine());
+    prefill_options.cancel = prefill_cancel.token();
     engines::PrefillOutcome prefill = co_await r_.engines_.Prefill(
         producer_target, request_.api, request_.body, prefill_options);
     producer->Release();
+    if (!prefill.ok() && prefill.failure->reason == FailureReason::kCancelled &&
+        prefill_cancel.EngineRemoved(sink_->cancel_token())) {
+      prefill.failure = EngineRemovedFailure(Phase::kPrefill, producer_target.iid);
+    }
     if (!prefill.ok()) {
       // Finishing may let the router (and its fleet) go: no reservation may
       // outlive it in this frame.
@@ -238,7 +288,7 @@ class Router::Run {
     if (r_.metrics_ != nullptr) {
       r_.metrics_->prefill_seconds.Observe(engines::Seconds(prefill_done - handoff_start));
     }
-    r_.fleet_.RecordSuccess(producer_target.iid, Success::kPrefillHandoff);
+    report_->prefill_ok = true;
 
     // --- decode placement, off the producer unless nothing else can (B5) ---
     std::optional<Fleet::Reservation> consumer;
@@ -280,13 +330,21 @@ class Router::Run {
     engines::LegOptions decode_options;
     decode_options.backend_request_id = BackendId(attempt, 'd');  // B8
     decode_options.request_deadline = request_.deadline;
-    decode_options.cancel = &sink_->cancel_token();
+    LegCancel decode_cancel(sink_->cancel_token(), consumer->engine());
+    decode_options.cancel = decode_cancel.token();
     AttemptRelay relay(request_, *sink_, r_.clock_, r_.metrics_);
-    r_.fleet_.RecomputeDecodeStarted(producer_target.iid, consumer_target.iid);
+    report_->consumer = consumer_target.iid;
+    report_->consumer_incarnation = consumer->engine()->id();
+    report_->crossed_decode = consumer_target.iid != producer_target.iid;
+    r_.fleet_.DecodeStarted(producer_target.iid, consumer_target.iid);
     engines::DecodeOutcome decode =
         co_await r_.engines_.Decode(consumer_target, *prefill.result, request_.body,
                                     request_.stream, decode_options, relay);
     consumer->Release();
+    if (!decode.ok() && decode.failure->reason == FailureReason::kCancelled &&
+        decode_cancel.EngineRemoved(sink_->cancel_token())) {
+      decode.failure = EngineRemovedFailure(Phase::kDecode, consumer_target.iid);
+    }
     NoteRecompute(producer_target.iid, consumer_target.iid, decode, relay);
     if (relay.first_token()) {
       first_byte_s_ = engines::Seconds(*relay.first_token() - request_.arrived);  // B9
@@ -299,10 +357,7 @@ class Router::Run {
     prompt_tokens_ = relay.prompt_tokens();
 
     if (decode.ok()) {
-      r_.fleet_.RecordSuccess(consumer_target.iid, Success::kDecodeDone);
-      if (consumer_target.iid != producer_target.iid && !record_.recompute_evidence.has_value()) {
-        r_.fleet_.RecordLinkSuccess(producer_target.iid, consumer_target.iid);
-      }
+      report_->decode_ok = true;
       // "completed" means the client took the whole stream, not only that
       // the engine finished it.
       bool drained = true;
@@ -356,18 +411,10 @@ class Router::Run {
   // Records a failed leg and decides whether to retry (B14).
   bool OnFailure(int attempt, EngineFailure f, bool output_started) {
     AttemptFailure af{attempt, f, output_started, false, ""};
-    if (r_.metrics_ != nullptr) {
-      r_.metrics_->attempt_failures_total
-          .Add({{"phase", std::string(engines::PhaseName(f.phase))},
-                {"reason", std::string(engines::FailureReasonName(f.reason))},
-                {"iid", f.iid}})
-          .Increment();
-    }
-    // Breaker evidence (never for client 4xx, cancellation or the deadline).
-    r_.fleet_.RecordFailure(f, record_.prefill_iid);
-    if (f.reason == FailureReason::kEngineRejected) {
-      r_.fleet_.RecordSuccess(f.iid, Success::kEngineRejected);
-    }
+    CountAttemptFailure(f);
+    // Breaker evidence goes to the fleet with the attempt's report.
+    if (report_) report_->failure = f;
+    SendReport();
     // A retry avoids the engines that failed this request; a failed decode
     // also avoids that attempt's producer.
     for (const std::string& iid :
@@ -377,7 +424,7 @@ class Router::Run {
       }
     }
 
-    const Settings& s = r_.settings_;
+    const Settings& s = request_.config->settings;
     if (f.reason == FailureReason::kCancelled) {
       af.retry_reason = "cancelled";
     } else if (output_started) {
@@ -392,7 +439,7 @@ class Router::Run {
                !r_.fleet_.CanPlace(Phase::kDecode, excluded_)) {
       af.retry_reason = "no_engine";
     } else {
-      next_backoff_s_ = r_.Backoff(attempt);
+      next_backoff_s_ = r_.Backoff(s, attempt);
       if (r_.clock_.Now() + engines::FromSeconds(next_backoff_s_) >= request_.deadline) {
         af.retry_reason = "original_deadline";
       } else if (!r_.retry_budget_.TryAcquire()) {
@@ -430,7 +477,28 @@ class Router::Run {
                  std::to_string(relay.cached_tokens()) + " of " +
                  std::to_string(relay.prompt_tokens()) + " prompt tokens";
     }
-    r_.fleet_.RecomputeDecodeEnded(producer, consumer, suspected, failed, evidence);
+    report_->recompute_suspected = suspected;
+    report_->decode_failed = failed;
+    report_->recompute_evidence = std::move(evidence);
+  }
+
+  // attempt_failures_total{phase, reason, iid}: a failure on an engine is
+  // counted by the fleet with the attempt's report (the engine's own series,
+  // made when it joined); one of no engine here.
+  void CountAttemptFailure(const EngineFailure& f) {
+    if (r_.metrics_ == nullptr || (report_ && !f.iid.empty())) return;
+    r_.metrics_->attempt_failures_total
+        .Add({{"phase", std::string(engines::PhaseName(f.phase))},
+              {"reason", std::string(engines::FailureReasonName(f.reason))},
+              {"iid", f.iid}})
+        .Increment();
+  }
+
+  // Hands the attempt's report to the fleet (once per attempt).
+  void SendReport() {
+    if (!report_) return;
+    r_.fleet_.Report(std::move(*report_));
+    report_.reset();
   }
 
   // Hands a valid handoff that will not be decoded to the releaser (it
@@ -444,6 +512,7 @@ class Router::Run {
     a.handoff_start = handoff_start;
     a.avoid = std::move(avoid);
     a.rid = request_.rid;
+    a.settings = &request_.config->settings.handoff;
     record_.abandoned = reason;
     record_.released = r_.releaser_.Release(a, executor_) == ReleaseDispatch::kStarted;
   }
@@ -472,6 +541,7 @@ class Router::Run {
   void Finish(Outcome o) {
     if (finished_) return;  // exactly once
     finished_ = true;
+    SendReport();  // before the outcome: whoever sees it sees the evidence queued
     o.ttft_s = ttft_s_;
     o.first_byte_s = first_byte_s_;
     o.output_tokens = output_tokens_;
@@ -485,6 +555,8 @@ class Router::Run {
   std::vector<std::string> excluded_;
   // What the journal row records.
   RequestRecord record_;
+  // The running attempt's report.
+  std::optional<AttemptReport> report_;
   PromptKey prompt_key_;
   bool keyed_ = false;
   double next_backoff_s_ = 0;
@@ -501,6 +573,7 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
                const Clock& clock, Metrics* metrics, Journal* journal, uint64_t seed,
                const JournalStatus* journal_status)
     : settings_(settings),
+      fixed_(std::make_shared<const ConfigGeneration>(ConfigGeneration{1, settings})),
       engines_(engines),
       fleet_(fleet),
       clock_(clock),
@@ -509,7 +582,7 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
       journal_status_(journal_status),
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
       releaser_(settings, engines, fleet, clock, metrics),
-      rng_(seed) {
+      seed_(seed) {
   if (metrics_ != nullptr) {
     metrics_->retry_credits.Set(retry_budget_.credits());
     ExportSeriesAtZero();
@@ -520,24 +593,15 @@ void Router::ExportSeriesAtZero() {
   for (engines::Api api : {engines::Api::kCompletions, engines::Api::kChatCompletions}) {
     for (Door door : {Door::kHttp, Door::kGrpc}) {
       for (Terminal terminal : kTerminals) {
-        metrics_->requests_total.Add({{"api", std::string(engines::ApiLabel(api))},
-                                      {"door", std::string(DoorName(door))},
-                                      {"terminal", std::string(TerminalName(terminal))}});
+        prometheus::Counter& c =
+            metrics_->requests_total.Add({{"api", std::string(engines::ApiLabel(api))},
+                                          {"door", std::string(DoorName(door))},
+                                          {"terminal", std::string(TerminalName(terminal))}});
+        requests_counters_.push_back(CountedSeries{api, door, terminal, &c});
       }
     }
   }
-  // Attempt failures only for the phases each engine's role runs.
-  for (const EngineSettings& e : settings_.engines) {
-    for (engines::Phase phase : {engines::Phase::kPrefill, engines::Phase::kDecode}) {
-      if (!(phase == engines::Phase::kPrefill ? CanPrefill(e.role) : CanDecode(e.role))) continue;
-      for (FailureReason reason : engines::kFailureReasons) {
-        metrics_->attempt_failures_total.Add(
-            {{"phase", std::string(engines::PhaseName(phase))},
-             {"reason", std::string(engines::FailureReasonName(reason))},
-             {"iid", e.iid}});
-      }
-    }
-  }
+  // Attempt failures per engine come with the engine (EngineRecord).
   metrics_->handoff_rejected_total.Add({{"reason", "expired"}});
   for (std::string_view reason : engines::HandoffRejectionReasons()) {
     metrics_->handoff_rejected_total.Add({{"reason", std::string(reason)}});
@@ -556,28 +620,48 @@ Router::~Router() {
   }
 }
 
-std::string Router::NewRequestId() {
-  uint64_t a, b;
-  {
-    std::lock_guard<std::mutex> lock(rng_mu_);
-    a = rng_();
-    b = rng_();
+std::mt19937_64& Router::Rng() {
+  // One generator per thread (no lock shared by all requests), seeded from
+  // the router's seed, the thread and a counter.
+  struct Seeded {
+    const Router* router = nullptr;
+    std::mt19937_64 rng;
+  };
+  thread_local Seeded seeded;
+  if (seeded.router != this) {
+    seeded.router = this;
+    std::seed_seq seq{seed_, static_cast<uint64_t>(
+                                 std::hash<std::thread::id>{}(std::this_thread::get_id())),
+                      next_stream_.fetch_add(1, std::memory_order_relaxed)};
+    seeded.rng.seed(seq);
   }
+  return seeded.rng;
+}
+
+std::string Router::NewRequestId() {
+  std::mt19937_64& rng = Rng();
+  const uint64_t a = rng();
+  const uint64_t b = rng();
   char buf[33];
   std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
                 static_cast<unsigned long long>(b));
   return buf;
 }
 
-double Router::Backoff(int failed_attempt) {
+std::shared_ptr<const ConfigGeneration> Router::CurrentConfig() const {
+  return live_settings_ != nullptr ? live_settings_->Current() : fixed_;
+}
+
+double Router::Backoff(const Settings& settings, int failed_attempt) {
   const double ceiling =
-      std::min(settings_.serving.retry_cap_s,
-               settings_.serving.retry_base_s * std::pow(2.0, std::max(0, failed_attempt - 1)));
-  std::lock_guard<std::mutex> lock(rng_mu_);
-  return std::uniform_real_distribution<double>(0.0, std::max(0.0, ceiling))(rng_);
+      std::min(settings.serving.retry_cap_s,
+               settings.serving.retry_base_s * std::pow(2.0, std::max(0, failed_attempt - 1)));
+  return std::uniform_real_distribution<double>(0.0, std::max(0.0, ceiling))(Rng());
 }
 
 engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<ResponseSink> sink) {
+  if (request.config == nullptr) request.config = CurrentConfig();
+  const int max_inflight = request.config->settings.serving.max_inflight;
   std::optional<Outcome> refusal;
   // A client mistake the consumer would refuse only after the prefill ran.
   std::string too_long = ContextLimitError(request.body, request.api, fleet_.max_model_len());
@@ -586,11 +670,11 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
   } else if (!too_long.empty()) {
     refusal =
         RefusalOutcome(Terminal::kInvalid, Reason::kContextLengthExceeded, std::move(too_long));
-  } else if (inflight_.fetch_add(1) >= settings_.serving.max_inflight) {
+  } else if (inflight_.fetch_add(1) >= max_inflight) {
     inflight_.fetch_sub(1);
-    refusal = RefusalOutcome(
-        Terminal::kRejected, Reason::kInflightLimit,
-        "router in-flight limit reached (" + std::to_string(settings_.serving.max_inflight) + ")");
+    refusal = RefusalOutcome(Terminal::kRejected, Reason::kInflightLimit,
+                             "router in-flight limit reached (" + std::to_string(max_inflight) +
+                                 ")");
   }
   if (refusal) {
     RecordRefused(request, *refusal);
@@ -629,11 +713,13 @@ void Router::RecordRefused(const Request& request, const Outcome& outcome) {
 
 void Router::CountRequest(const Request& request, const Outcome& outcome) {
   if (metrics_ == nullptr) return;
-  metrics_->requests_total
-      .Add({{"api", std::string(engines::ApiLabel(request.api))},
-            {"door", std::string(DoorName(request.door))},
-            {"terminal", std::string(TerminalName(outcome.terminal))}})
-      .Increment();
+  // The series made at zero at construction: no family lock per request.
+  for (const CountedSeries& c : requests_counters_) {
+    if (c.api == request.api && c.door == request.door && c.terminal == outcome.terminal) {
+      c.counter->Increment();
+      return;
+    }
+  }
 }
 
 void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
@@ -650,6 +736,7 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
       if (outcome.ttft_s && outcome.first_byte_s) {
         metrics_->handoff_seconds.Observe(std::max(0.0, *outcome.first_byte_s - *outcome.ttft_s));
       }
+      if (record.tpot_s) metrics_->tpot_seconds.Observe(*record.tpot_s);
     }
     metrics_->inflight.Decrement();
   }

@@ -33,6 +33,7 @@
 #include "router/access_log.h"
 #include "router/common/clock.h"
 #include "router/common/journal.h"
+#include "router/common/live_settings.h"
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
 #include "router/fleet/fleet.h"
@@ -84,7 +85,18 @@ class Router {
   // before the first request; `log` must outlive the Router.
   void SetAccessLog(AccessLog* log) { access_log_ = log; }
 
+  // Requests admitted from now on follow `live`'s generation (B20); without
+  // it, the settings the router was made with. `live` must outlive the
+  // Router. Call before the first request.
+  void SetLiveSettings(const LiveSettings* live) { live_settings_ = live; }
+  // The generation a request admitted now gets.
+  std::shared_ptr<const ConfigGeneration> CurrentConfig() const;
+
   int inflight() const { return inflight_.load(); }
+  // A reload's settings for the router's own state (the retry budget).
+  void ApplySettings(const Settings& settings) {
+    retry_budget_.Resize(settings.serving.retry_budget, settings.serving.retry_replenish);
+  }
   const RetryBudget& retry_budget() const { return retry_budget_; }
   const Settings& settings() const { return settings_; }
 
@@ -99,11 +111,14 @@ class Router {
   // The request's one journal row, built from its one record.
   void WriteJournal(const Request& request, const Outcome& outcome, const RequestRecord& record,
                     double duration_s);
-  double Backoff(int failed_attempt);
+  double Backoff(const Settings& settings, int failed_attempt);
   // Cancels every admitted request and waits until each has finished.
   void CancelLiveAndWait();
 
   const Settings& settings_;
+  // Generation 1, the settings above (when no LiveSettings is followed).
+  const std::shared_ptr<const ConfigGeneration> fixed_;
+  const LiveSettings* live_settings_ = nullptr;
   engines::AsyncEngineClient& engines_;
   Fleet& fleet_;
   const Clock& clock_;
@@ -115,8 +130,17 @@ class Router {
   // Releases of abandoned handoffs; destroyed (waited for) before the rest.
   HandoffReleaser releaser_;
 
-  std::mutex rng_mu_;
-  std::mt19937_64 rng_;
+  std::mt19937_64& Rng();
+  const uint64_t seed_;
+  std::atomic<uint64_t> next_stream_{0};
+  // requests_total's series, made at zero at construction.
+  struct CountedSeries {
+    engines::Api api;
+    Door door;
+    Terminal terminal;
+    prometheus::Counter* counter;
+  };
+  std::vector<CountedSeries> requests_counters_;
 
   std::atomic<int> inflight_{0};
   std::atomic<bool> accepting_{true};

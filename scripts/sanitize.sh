@@ -31,39 +31,43 @@ if [[ $# -gt 0 ]]; then shift; fi
 # neither list stops the run instead of being skipped.
 UNIT_TARGETS=(
   sse_reader_test stream_event_test connector_test descriptor_contract_test cancel_token_test
-  json_limits_test
+  remote_host_guard_test
+  json_limits_test cpu_limit_test
   leg_timer_test engine_failure_test engine_text_test
   router_test assembler_test router_parts_test preflight_test journal_test assembler_bounds_test
+  refusal_row_limiter_test
   sim_test
   config_loader_test readme_config_test json_depth_test idle_memory_release_test
   runtime_tuning_test
-  breaker_book_test fleet_prober_test link_book_test fleet_links_test
+  breaker_book_test fleet_prober_test link_book_test fleet_links_test fleet_membership_test
   handoff_release_test placement_test fleet_event_test readmission_test kv_recompute_test
-  api_key_test request_limits_test config_limits_test config_loader_tls_test
+  api_key_test request_limits_test config_limits_test config_loader_tls_test config_file_test
+  config_live_fleet_test running_config_test settings_diff_test
   client_request_id_test process_metrics_test
   admission_test http_generation_request_test grpc_call_test
   engine_wait_test context_limit_test access_log_test status_table_test journal_row_test
-  series_at_zero_test grpc_reflection_test
+  series_at_zero_test grpc_reflection_test dns_group_test startup_checks_test
+  metrics_text_test
 )
 COMPONENT_TARGETS=(
   beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test
-  engine_response_bounds_test engine_text_relay_test
+  engine_response_bounds_test engine_text_relay_test engine_interim_response_test
   sim_component_test sim_concurrency_test
-  inference_service_test http_door_test relay_alloc_test grpc_refusal_test
+  inference_service_test http_door_test http_door_capacity_test relay_alloc_test grpc_refusal_test
   http_framing_journal_test door_limits_test http_tls_test grpc_tls_test
-  admin_service_test watch_limits_test
+  admin_service_test watch_limits_test probe_listener_test cares_resolver_test
 )
 E2E_TARGETS=(narwhal_e2e_test narwhal_security_e2e_test admin_e2e_test breaker_e2e_test
   preflight_e2e_test narwhal_e2e_tls_test narwhal_cli_test narwhal_e2e_health_test
-  narwhal_e2e_ops_test narwhal_placement_e2e_test)
+  narwhal_e2e_ops_test narwhal_placement_e2e_test narwhal_live_fleet_e2e_test)
 # ThreadSanitizer: no gRPC and no narwhal-sim in the path (see above).
 TSAN_TARGETS=(
-  router_test router_parts_test assembler_test journal_test preflight_test
+  router_test router_parts_test assembler_test journal_test refusal_row_limiter_test preflight_test
   leg_timer_test cancel_token_test sse_reader_test stream_event_test connector_test
   beast_engine_client_fake_time_test http_door_test
   breaker_book_test fleet_prober_test idle_memory_release_test
-  handoff_release_test placement_test fleet_links_test fleet_event_test readmission_test kv_recompute_test
-  status_table_test journal_row_test
+  handoff_release_test placement_test fleet_links_test fleet_membership_test fleet_event_test readmission_test kv_recompute_test
+  status_table_test journal_row_test dns_group_test cares_resolver_test startup_checks_test
 )
 
 case "$mode" in

@@ -48,13 +48,19 @@ router::Outcome RefusalOutcome(const Refusal& refusal) {
 
 Refusal RefusalFor(const ClientError& error) {
   Refusal r;
-  r.kind = error.unknown_model ? RefusalKind::kUnknownModel : RefusalKind::kInvalidRequest;
+  r.kind = error.unknown_model ? RefusalKind::kUnknownModel
+           : error.too_large   ? RefusalKind::kTooLarge
+                               : RefusalKind::kInvalidRequest;
   r.message = error.message;
   r.param = error.param;
   return r;
 }
 
 std::string RouterBook::NewRequestId() { return router_.NewRequestId(); }
+
+std::shared_ptr<const router::ConfigGeneration> RouterBook::CurrentConfig() {
+  return router_.CurrentConfig();
+}
 
 void RouterBook::RecordRefused(const router::Request& request, const router::Outcome& outcome) {
   router_.RecordRefused(request, outcome);
@@ -81,8 +87,13 @@ bool RequestAdmission::Authorized(std::optional<std::string_view> authorization)
   return authorization.has_value() && BearerMatches(*authorization, api_key_);
 }
 
+const router::Settings& RequestAdmission::SettingsOf(const router::Request& request) const {
+  return request.config != nullptr ? request.config->settings : settings_;
+}
+
 router::Request RequestAdmission::NewRequest(const DoorRequest& door) const {
   router::Request r;
+  r.config = book_.CurrentConfig();
   r.rid = book_.NewRequestId();
   r.client_rid = SaneClientRequestId(door.client_request_id);
   r.door = door.door;
@@ -90,7 +101,7 @@ router::Request RequestAdmission::NewRequest(const DoorRequest& door) const {
   r.stream = door.stream;
   r.arrived = clock_.Now();
   r.arrived_wall = clock_.WallNow();
-  r.deadline = r.arrived + engines::FromSeconds(settings_.serving.request_timeout_s);
+  r.deadline = r.arrived + engines::FromSeconds(SettingsOf(r).serving.request_timeout_s);
   if (door.client_time_left) r.deadline = std::min(r.deadline, r.arrived + *door.client_time_left);
   return r;
 }
@@ -110,6 +121,11 @@ AdmissionResult RequestAdmission::Refuse(const DoorRequest& door, Refusal refusa
 
 AdmissionResult RequestAdmission::Admit(const DoorRequest& door,
                                         absl::FunctionRef<DoorBody()> body) const {
+  return Admit(door, [&body](const router::Settings&) { return body(); });
+}
+
+AdmissionResult RequestAdmission::Admit(
+    const DoorRequest& door, absl::FunctionRef<DoorBody(const router::Settings&)> body) const {
   router::Request r = NewRequest(door);
   if (!Authorized(door.authorization)) {
     Refusal refusal;
@@ -117,7 +133,7 @@ AdmissionResult RequestAdmission::Admit(const DoorRequest& door,
     refusal.message = "invalid or missing API key";
     return Refused(std::move(r), std::move(refusal));
   }
-  DoorBody translated = body();
+  DoorBody translated = body(SettingsOf(r));
   r.api = translated.api;
   if (translated.refusal) return Refused(std::move(r), std::move(*translated.refusal));
   r.stream = translated.stream;

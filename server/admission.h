@@ -26,6 +26,7 @@
 
 #include <absl/functional/function_ref.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 
 #include "engines/api.h"
 #include "engines/clock.h"
+#include "router/common/live_settings.h"
 #include "router/common/settings.h"
 #include "router/outcome.h"
 #include "router/request.h"
@@ -79,6 +81,9 @@ class AdmissionBook {
   virtual ~AdmissionBook() = default;
   virtual std::string NewRequestId() = 0;
   virtual void RecordRefused(const router::Request& request, const router::Outcome& outcome) = 0;
+  // The configuration generation a request admitted now keeps to its end
+  // (B20); nullptr = the settings admission was built with.
+  virtual std::shared_ptr<const router::ConfigGeneration> CurrentConfig() { return nullptr; }
 };
 
 class RouterBook final : public AdmissionBook {
@@ -86,6 +91,7 @@ class RouterBook final : public AdmissionBook {
   explicit RouterBook(router::Router& router) : router_(router) {}
   std::string NewRequestId() override;
   void RecordRefused(const router::Request& request, const router::Outcome& outcome) override;
+  std::shared_ptr<const router::ConfigGeneration> CurrentConfig() override;
 
  private:
   router::Router& router_;
@@ -138,6 +144,10 @@ class RequestAdmission {
   // Admits `door`: `body` runs only once the key matched, so an
   // unauthenticated client never has its body parsed.
   AdmissionResult Admit(const DoorRequest& door, absl::FunctionRef<DoorBody()> body) const;
+  // The same, with the body read under the request's own configuration
+  // generation (its limits), which the request keeps to its end.
+  AdmissionResult Admit(const DoorRequest& door,
+                        absl::FunctionRef<DoorBody(const router::Settings&)> body) const;
 
   // Refuses `door` for a reason the door found before admission (framing,
   // size, headers): journaled like every refusal.
@@ -146,6 +156,10 @@ class RequestAdmission {
  private:
   router::Request NewRequest(const DoorRequest& door) const;
   AdmissionResult Refused(router::Request request, Refusal refusal) const;
+
+  // The settings `request` is admitted under: its generation's, else the
+  // ones admission was built with.
+  const router::Settings& SettingsOf(const router::Request& request) const;
 
   const router::Settings& settings_;
   const engines::Clock& clock_;

@@ -20,6 +20,14 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }
 
 bool BearerMatches(std::string_view authorization, std::string_view key) {
+  // Surrounding whitespace is not part of a field value (RFC 9110 §5.5): the
+  // HTTP parser has dropped it already, gRPC metadata still carries it.
+  while (!authorization.empty() && (authorization.front() == ' ' || authorization.front() == '\t')) {
+    authorization.remove_prefix(1);
+  }
+  while (!authorization.empty() && (authorization.back() == ' ' || authorization.back() == '\t')) {
+    authorization.remove_suffix(1);
+  }
   constexpr std::string_view kScheme = "Bearer ";
   // The scheme is not secret: checking it first leaks nothing about the key.
   const bool scheme = authorization.substr(0, kScheme.size()) == kScheme;

@@ -17,9 +17,13 @@ namespace narwhal::server {
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
 // True when `authorization` (the client's Authorization header, or the
-// gRPC `authorization` metadata value) is exactly "Bearer <key>". `key`
-// must not be empty (an empty key means no authentication: callers do not
-// ask).
+// gRPC `authorization` metadata value), without the spaces and tabs around
+// it, is exactly "Bearer <key>". Both doors apply this one rule: surrounding
+// whitespace is not part of an HTTP field value (RFC 9110 §5.5), which the
+// HTTP parser drops and gRPC metadata keeps, so it is dropped here too;
+// inside, nothing is trimmed or folded ("Bearer  <key>", "bearer <key>" and
+// "<key> " inside the value do not match). `key` must not be empty (an empty
+// key means no authentication: callers do not ask).
 bool BearerMatches(std::string_view authorization, std::string_view key);
 
 }  // namespace narwhal::server

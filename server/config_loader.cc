@@ -1,11 +1,8 @@
 #include "server/config_loader.h"
 
-#include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -27,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engines/json_limits.h"
+#include "server/config/bounded_file.h"
 #include "server/config/error_report.h"
 #include "server/config/json_syntax.h"
 #include "server/config/schema_check.h"
@@ -50,9 +48,10 @@ using google::protobuf::Message;
 using json = nlohmann::json;
 using router::Settings;
 
-constexpr off_t kMaxConfigFileBytes = 16 << 20;
+constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
 
-absl::StatusOr<Settings> Parse(std::string_view text, absl::string_view label) {
+absl::StatusOr<Settings> Parse(std::string_view text, absl::string_view label,
+                               const config_file::ValidateOptions& validate = {}) {
   Errors errors;
   std::optional<json> root = ParseJson(text, &errors);
   if (!root) return absl::InvalidArgumentError(errors.Join(label));
@@ -71,49 +70,18 @@ absl::StatusOr<Settings> Parse(std::string_view text, absl::string_view label) {
     errors.Add(0, ProtoJsonError(status.message().as_string()));
     return absl::InvalidArgumentError(errors.Join(label));
   }
-  Settings settings = Validate(config, schema.reported, &errors);
+  Settings settings = Validate(config, schema.reported, &errors, validate);
   if (!errors.empty()) return absl::InvalidArgumentError(errors.Join(label));
   return settings;
 }
 
-absl::Status ReadFileError(int error_number, absl::string_view label, absl::string_view why) {
-  return absl::Status(absl::ErrnoToStatusCode(error_number),
-                      absl::StrCat(label, ": cannot read: ", why));
-}
-
-// Reads a whole regular file of at most kMaxConfigFileBytes.
+// The whole file (a regular file of at most kMaxConfigFileBytes), or why not
+// as "<label>: cannot read: why".
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path, absl::string_view label) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ReadFileError(errno, label, std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return ReadFileError(errno, label, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": cannot read: not a regular file"));
-  }
-  if (st.st_size > kMaxConfigFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": cannot read: larger than ", kMaxConfigFileBytes, " bytes"));
-  }
-  std::string text;
-  char buf[65536];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ReadFileError(errno, label, std::strerror(errno));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > static_cast<size_t>(kMaxConfigFileBytes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(label, ": cannot read: larger than ", kMaxConfigFileBytes, " bytes"));
-    }
-  }
-  return text;
+  absl::StatusOr<std::string> text = config_file::ReadBoundedFile(path, kMaxConfigFileBytes);
+  if (text.ok()) return text;
+  return absl::Status(text.status().code(),
+                      absl::StrCat(label, ": cannot read: ", text.status().message()));
 }
 
 std::string SettingsToJsonText(const Settings& s) {
@@ -132,10 +100,23 @@ absl::StatusOr<Settings> ParseFleetConfig(std::string_view json_text) {
 }
 
 absl::StatusOr<Settings> LoadFleetConfig(const std::string& path) {
-  const std::string label = absl::StrCat("config ", path);
-  absl::StatusOr<std::string> text = ReadConfigFile(path, label);
+  absl::StatusOr<std::string> text = ReadFleetConfigText(path);
   if (!text.ok()) return text.status();
-  return Parse(*text, label);
+  return ParseFleetConfigText(*text, path);
+}
+
+absl::StatusOr<std::string> ReadFleetConfigText(const std::string& path) {
+  return ReadConfigFile(path, absl::StrCat("config ", path));
+}
+
+absl::StatusOr<Settings> ParseFleetConfigText(std::string_view json_text, const std::string& path) {
+  return Parse(json_text, absl::StrCat("config ", path));
+}
+
+absl::StatusOr<Settings> ParseEffectiveConfig(std::string_view json_text) {
+  config_file::ValidateOptions options;
+  options.read_tls_files = false;
+  return Parse(json_text, "running config", options);
 }
 
 pb::FleetConfig SettingsToProto(const Settings& s) {
@@ -144,10 +125,16 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   c.mutable_listen()->set_http(s.listen.http);
   c.mutable_listen()->set_grpc(s.listen.grpc);
   c.mutable_listen()->set_admin(s.listen.admin);
+  if (!s.listen.health.empty()) c.mutable_listen()->set_health(s.listen.health);
   for (const router::EngineSettings& e : s.engines) {
     pb::Engine* engine = c.add_engines();
     engine->set_iid(e.iid);
-    engine->set_url(e.url);
+    if (e.is_dns_group()) {
+      engine->set_dns(e.dns);
+      engine->set_port(e.port);
+    } else {
+      engine->set_url(e.url);
+    }
     engine->set_role(router::RoleName(e.role));
     if (!e.kv_engine_id.empty()) engine->set_kv_engine_id(e.kv_engine_id);
   }
@@ -222,15 +209,27 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   placement->set_imbalance_rel(s.placement.imbalance_rel);
   c.mutable_links()->set_hold_after(s.links.hold_after);
   c.mutable_links()->set_window_s(s.links.window_s);
+  pb::Discovery* discovery = c.mutable_discovery();
+  for (const std::string& server : s.discovery.dns_servers) discovery->add_dns_servers(server);
+  discovery->set_dns_refresh_s(s.discovery.dns_refresh_s);
+  discovery->set_dns_timeout_s(s.discovery.dns_timeout_s);
+  pb::Membership* membership = c.mutable_membership();
+  membership->set_join_checks(s.membership.join_checks);
+  membership->set_drain_timeout_s(s.membership.drain_timeout_s);
+  membership->set_remember_s(s.membership.remember_s);
+  membership->set_config_poll_s(s.membership.config_poll_s);
   return c;
 }
 
 nlohmann::json SettingsToJson(const Settings& s) {
-  return json::parse(SettingsToJsonText(s), nullptr, /*allow_exceptions=*/false);
+  json out = json::parse(SettingsToJsonText(s), nullptr, /*allow_exceptions=*/false);
+  // protobuf prints no empty list; the effective config names every key.
+  if (!out["discovery"].contains("dns_servers")) out["discovery"]["dns_servers"] = json::array();
+  return out;
 }
 
 absl::Status SettingsToStruct(const Settings& s, google::protobuf::Struct* out) {
-  const auto status = google::protobuf::util::JsonStringToMessage(SettingsToJsonText(s), out);
+  const auto status = google::protobuf::util::JsonStringToMessage(SettingsToJson(s).dump(), out);
   if (status.ok()) return absl::OkStatus();
   return absl::InternalError(absl::StrCat("config as Struct: ", status.message().as_string()));
 }

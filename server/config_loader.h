@@ -61,9 +61,23 @@ absl::StatusOr<router::Settings> ParseFleetConfig(std::string_view json_text);
 
 // Reads the file at `path` and parses it as ParseFleetConfig does. A file that
 // cannot be read (missing, unreadable, not a regular file, larger than
-// 16 MiB) gives a status derived from errno (e.g. NotFound, PermissionDenied)
-// or InvalidArgument, with a message "config PATH: cannot read: why".
+// 16 MiB; server/config/bounded_file.h) gives a status derived from errno
+// (e.g. NotFound, PermissionDenied) or InvalidArgument, with a message
+// "config PATH: cannot read: why". ReadFleetConfigText followed by
+// ParseFleetConfigText.
 absl::StatusOr<router::Settings> LoadFleetConfig(const std::string& path);
+
+// The two halves of LoadFleetConfig: the bounded read of the file's bytes,
+// and the parse of bytes read from `path` (errors labelled "config PATH").
+absl::StatusOr<std::string> ReadFleetConfigText(const std::string& path);
+absl::StatusOr<router::Settings> ParseFleetConfigText(std::string_view json_text,
+                                                      const std::string& path);
+
+// A running router's effective configuration (SettingsToJson's document, as
+// the admin GetConfig RPC returns it) read back into settings: parsed and
+// validated as a fleet file, except that the `tls.*` files are not read
+// (they are the router's, on its host). Errors start with "running config: ".
+absl::StatusOr<router::Settings> ParseEffectiveConfig(std::string_view json_text);
 
 // The effective configuration in the schema: every field set, defaults
 // filled in; `engine_contract` only when pinned, and its optional fields only

@@ -122,26 +122,55 @@ json StructToJson(const google::protobuf::Struct& s) {
   return out;
 }
 
-bool StructDepthWithin(const google::protobuf::Struct& s, int max_depth) {
+engines::JsonVerdict CheckStruct(const google::protobuf::Struct& s,
+                                 const engines::JsonBounds& bounds, size_t* cost_out) {
+  using engines::JsonNode;
+  using engines::JsonNodeCost;
   // (value, depth of the container holding it) pairs still to visit.
   std::vector<std::pair<const google::protobuf::Value*, int>> pending;
+  size_t cost = JsonNodeCost(JsonNode::kObject);
   auto push_struct = [&](const google::protobuf::Struct& st, int depth) {
-    for (const auto& [key, value] : st.fields()) pending.emplace_back(&value, depth);
+    for (const auto& [key, value] : st.fields()) {
+      cost += JsonNodeCost(JsonNode::kMember, key.size());
+      pending.emplace_back(&value, depth);
+    }
   };
-  if (max_depth < 1) return false;
+  auto verdict = [&](engines::JsonVerdict v) {
+    if (cost_out != nullptr) *cost_out = cost;
+    return v;
+  };
+  const size_t max_cost = bounds.max_cost != 0 ? bounds.max_cost : static_cast<size_t>(-1);
+  if (bounds.max_depth < 1) return verdict(engines::JsonVerdict::kTooDeep);
   push_struct(s, 1);
   while (!pending.empty()) {
     const auto [value, depth] = pending.back();
     pending.pop_back();
-    if (value->kind_case() == google::protobuf::Value::kStructValue) {
-      if (depth + 1 > max_depth) return false;
-      push_struct(value->struct_value(), depth + 1);
-    } else if (value->kind_case() == google::protobuf::Value::kListValue) {
-      if (depth + 1 > max_depth) return false;
-      for (const auto& v : value->list_value().values()) pending.emplace_back(&v, depth + 1);
+    switch (value->kind_case()) {
+      case google::protobuf::Value::kStructValue:
+        if (depth + 1 > bounds.max_depth) return verdict(engines::JsonVerdict::kTooDeep);
+        cost += JsonNodeCost(JsonNode::kObject);
+        push_struct(value->struct_value(), depth + 1);
+        break;
+      case google::protobuf::Value::kListValue:
+        if (depth + 1 > bounds.max_depth) return verdict(engines::JsonVerdict::kTooDeep);
+        cost += JsonNodeCost(JsonNode::kArray);
+        for (const auto& v : value->list_value().values()) pending.emplace_back(&v, depth + 1);
+        break;
+      case google::protobuf::Value::kStringValue:
+        cost += JsonNodeCost(JsonNode::kString, value->string_value().size());
+        break;
+      default:
+        cost += JsonNodeCost(JsonNode::kScalar);
+        break;
     }
+    if (cost > max_cost) return verdict(engines::JsonVerdict::kTooCostly);
   }
-  return true;
+  return verdict(engines::JsonVerdict::kWithin);
+}
+
+bool StructDepthWithin(const google::protobuf::Struct& s, int max_depth) {
+  return CheckStruct(s, {.max_depth = max_depth, .max_cost = static_cast<size_t>(-1)}) !=
+         engines::JsonVerdict::kTooDeep;
 }
 
 std::string NonFiniteNumberPath(const google::protobuf::Struct& s) {
@@ -191,9 +220,21 @@ GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& r
   json body = json::object();
   // Other engine fields first, so the typed fields below win.
   if (request.has_extra()) {
-    // `extra` becomes the body itself: the same depth bound as an HTTP body.
-    if (!StructDepthWithin(request.extra(), engines::kMaxJsonDepth)) {
-      return Fail("extra " + engines::DepthLimitText(), "extra");
+    // `extra` becomes the body itself: the same bounds as an HTTP body (its
+    // depth, and the memory its JSON form would take against the size of
+    // its wire form).
+    const size_t wire_bytes = request.extra().ByteSizeLong();
+    switch (CheckStruct(request.extra(), {.max_cost = engines::DefaultJsonCostBound(wire_bytes)})) {
+      case engines::JsonVerdict::kWithin:
+        break;
+      case engines::JsonVerdict::kTooDeep:
+        return Fail("extra " + engines::DepthLimitText(), "extra");
+      case engines::JsonVerdict::kTooCostly: {
+        GrpcParsedRequest costly = Fail("extra " + engines::CostLimitText(wire_bytes), "extra");
+        costly.parsed.error.status = 413;
+        costly.parsed.error.too_large = true;
+        return costly;
+      }
     }
     if (const std::string path = NonFiniteNumberPath(request.extra()); !path.empty()) {
       return Fail("extra." + path + " must be a finite number", "extra");

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engines/api.h"
+#include "engines/json_limits.h"
 #include "narwhal/v1/inference.pb.h"
 #include "router/outcome.h"
 #include "server/openai_request.h"
@@ -54,6 +55,13 @@ GrpcParsedRequest TranslateGenerateRequest(
 // integral values, which become integers so engines see `5`, not `5.0`).
 nlohmann::json ValueToJson(const google::protobuf::Value& value);
 nlohmann::json StructToJson(const google::protobuf::Struct& s);
+
+// `s` against the bounds of its JSON form (engines/json_limits.h): its
+// depth, and the memory StructToJson would take (`bounds.max_cost`, 0 = no
+// bound). `*cost`, when given, receives the estimate as far as the walk went.
+// Iterative, so it is safe on any input.
+engines::JsonVerdict CheckStruct(const google::protobuf::Struct& s,
+                                 const engines::JsonBounds& bounds, size_t* cost = nullptr);
 
 // True when no struct or list in `s` nests deeper than `max_depth` levels
 // (the same measure as engines::JsonDepthWithin on its JSON form). Iterative,

@@ -250,9 +250,9 @@ AdmissionResult InferenceService::Admit(grpc::CallbackServerContext* context,
   // The gRPC deadline is wall-clock; the time left is converted once.
   const DoorRequest door = GrpcDoorRequest(call, context->client_metadata(), context->deadline(),
                                            std::chrono::system_clock::now());
-  AdmissionResult result = admission_.Admit(door, [&] {
+  AdmissionResult result = admission_.Admit(door, [&](const router::Settings& settings) {
     const bool client_gone = !call.decoded && context->IsCancelled();
-    return GrpcDoorBody(call, client_gone, settings_);
+    return GrpcDoorBody(call, client_gone, settings);
   });
   context->AddInitialMetadata("x-request-id", result.request.rid);
   if (!result.request.client_rid.empty()) {

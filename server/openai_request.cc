@@ -142,11 +142,21 @@ constexpr FieldRule kFieldRules[] = {
 ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
                                  const std::string& served_model,
                                  const router::LimitSettings& limits) {
-  // Depth first: a deeply nested body must never be parsed, copied or dumped.
-  if (!engines::JsonDepthWithin(raw)) {
-    return Fail(400, "request body " + engines::DepthLimitText());
+  // Bounds first: a deeply nested body must never be parsed, copied or
+  // dumped, and one that would take many times its size once parsed is
+  // refused as too large (413).
+  switch (engines::CheckJson(raw)) {
+    case engines::JsonVerdict::kWithin:
+      break;
+    case engines::JsonVerdict::kTooDeep:
+      return Fail(400, "request body " + engines::DepthLimitText());
+    case engines::JsonVerdict::kTooCostly: {
+      ParsedRequest costly = Fail(413, "request body " + engines::CostLimitText(raw.size()));
+      costly.error.too_large = true;
+      return costly;
+    }
   }
-  json body = engines::ParseJson(raw);
+  json body = engines::ParseJson(raw, {.max_cost = static_cast<size_t>(-1)});
   if (body.is_discarded()) return Fail(400, "request body is not valid JSON");
   return ValidateOpenAiBody(std::move(body), api, served_model, limits);
 }

@@ -21,11 +21,14 @@
 namespace narwhal::server {
 
 struct ClientError {
-  int status = 400;     // 400 or 404
+  int status = 400;     // 400, 404 or 413
   std::string message;  // e.g. "max_tokens must be an integer >= 1"
   std::string param;    // the offending field, "" when none
   // The body names a model other than the served one (the 404).
   bool unknown_model = false;
+  // The body would take too much memory once parsed (the 413,
+  // engines/json_limits.h).
+  bool too_large = false;
 };
 
 struct ParsedRequest {

@@ -15,8 +15,8 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/write.hpp>
-#include <prometheus/text_serializer.h>
 
+#include "router/common/metrics_text.h"
 #include "server/admission.h"
 #include "server/client_request_id.h"
 #include "server/http/connection.h"
@@ -185,7 +185,9 @@ class OpenAiShim::Impl final : public HttpRoutes {
 
   Admission Admit(const HttpRequest& request, std::string_view path) override {
     AdmissionResult result = admission_.Admit(
-        HttpDoorRequest(request, path), [&] { return HttpDoorBody(request, path, settings_); });
+        HttpDoorRequest(request, path), [&](const router::Settings& settings) {
+          return HttpDoorBody(request, path, settings);
+        });
     Admission admission;
     if (result.admitted()) {
       admission.request = std::move(result.request);
@@ -226,19 +228,24 @@ class OpenAiShim::Impl final : public HttpRoutes {
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
+      // Beyond the cap, the reserve keeps probes and scrapes answered.
+      const std::string* reserve = nullptr;
       if (tracker_.open() >= options_.max_connections) {
-        RefuseAtCapacity(socket);
-        continue;
+        if (tracker_.reserve_open() >= options_.reserve_connections) {
+          RefuseAtCapacity(socket);
+          continue;
+        }
+        reserve = &capacity_refusal_;
       }
-      auto connection =
-          std::make_shared<Connection>(std::move(socket), clock_, options_, *this, tracker_);
+      auto connection = std::make_shared<Connection>(std::move(socket), clock_, options_, *this,
+                                                     tracker_, reserve);
       asio::co_spawn(
           connection->executor(), [connection] { return connection->Run(); }, asio::detached);
     }
   }
 
-  // Beyond serving.max_connections: a fixed 503 written without waiting (it
-  // may not get through), then the connection is closed.
+  // Beyond serving.max_connections and the reserve: a fixed 503 written
+  // without waiting (it may not get through), then the connection is closed.
   void RefuseAtCapacity(tcp::socket& socket) {
     error_code ignored;
     socket.non_blocking(true, ignored);
@@ -262,7 +269,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
     HttpResponse response;
     response.result(http::status::ok);
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = prometheus::TextSerializer().Serialize(registry_.Collect());
+    response.body() = router::MetricsText(registry_.Collect());
     return response;
   }
 

@@ -42,6 +42,12 @@
 #include "server/inference_service.h"
 #include "server/log.h"
 #include "server/openai_shim.h"
+#include "server/probe_listener.h"
+#include "server/config_reload.h"
+#include "server/config/config_file.h"
+#include "router/common/live_settings.h"
+#include "router/fleet/cares_resolver.h"
+#include "router/fleet/dns_groups.h"
 #include "server/process_metrics.h"
 #include "server/runtime_tuning.h"
 #include "server/status_table.h"
@@ -53,9 +59,9 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: narwhal-serve [--config PATH] [--http HOST:PORT] [--grpc HOST:PORT]\n"
-    "                     [--admin HOST:PORT] [--journal PATH] [--preflight]\n"
-    "                     [--preflight-wait-s N] [--log-level LEVEL] [--log-format text|json]\n"
-    "                     [--access-log PATH|-]\n"
+    "                     [--admin HOST:PORT] [--health HOST:PORT] [--journal PATH]\n"
+    "                     [--preflight] [--preflight-wait-s N] [--log-level LEVEL]\n"
+    "                     [--log-format text|json] [--access-log PATH|-]\n"
     "  --config PATH       the fleet config file (default none: the embedded simulated\n"
     "                      fleet, 2 prefill + 2 decode engines on loopback)\n"
     "  --http HOST:PORT    HTTP listener, overrides listen.http (default 127.0.0.1:8000)\n"
@@ -63,6 +69,8 @@ constexpr char kUsage[] =
     "                      (default 127.0.0.1:50051)\n"
     "  --admin HOST:PORT   gRPC admin listener, overrides listen.admin\n"
     "                      (default 127.0.0.1:50052)\n"
+    "  --health HOST:PORT  plaintext probe listener (GET /health, /ready, /serving;\n"
+    "                      never TLS), overrides listen.health (default none)\n"
     "  --journal PATH      append one JSON row per request and fleet event\n"
     "                      (default none: no journal)\n"
     "  --preflight         run the mesh preflight before serving; exit 1 if it fails\n"
@@ -99,7 +107,7 @@ bool SignalWithin(const sigset_t& signals, double s) {
 
 struct Args {
   std::string config;
-  std::string http, grpc, admin;
+  std::string http, grpc, admin, health;
   std::string journal;
   std::string access_log;
   bool preflight = false;
@@ -128,6 +136,8 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       if (!value(&args->grpc)) return false;
     } else if (flag == "--admin") {
       if (!value(&args->admin)) return false;
+    } else if (flag == "--health") {
+      if (!value(&args->health)) return false;
     } else if (flag == "--journal") {
       if (!value(&args->journal)) return false;
     } else if (flag == "--access-log") {
@@ -177,7 +187,7 @@ bool ParseArgs(int argc, char** argv, Args* args) {
     std::cerr << "narwhal-serve: --preflight-wait-s needs --preflight\n" << kUsage;
     return false;
   }
-  for (const std::string* address : {&args->http, &args->grpc, &args->admin}) {
+  for (const std::string* address : {&args->http, &args->grpc, &args->admin, &args->health}) {
     std::string host;
     int port = 0;
     if (!address->empty() && !SplitHostPort(*address, &host, &port)) {
@@ -216,11 +226,16 @@ int Serve(const Args& args) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGHUP reloads the config (B20); it is blocked too, and taken by the
+  // same wait as the signals that stop the router.
+  sigset_t blocked = signals;
+  sigaddset(&blocked, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   std::unique_ptr<EmbeddedFleet> embedded;
   router::Settings settings;
+  std::optional<ConfigFile> config_file;  // with --config: the live file (B20)
   if (args.config.empty()) {
     auto started = EmbeddedFleet::Start();
     if (!started.ok()) {
@@ -233,16 +248,23 @@ int Serve(const Args& args) {
     LogInfo("narwhal-serve: no --config given: serving the embedded simulated fleet "
             "(2 prefill + 2 decode narwhal-sim engines on loopback)");
   } else {
-    auto loaded = LoadFleetConfig(args.config);
+    config_file.emplace(args.config);
+    auto loaded = config_file->Load();
     if (!loaded.ok()) {
       LogError("narwhal-serve: " + std::string(loaded.status().message()));
       return 1;
     }
     settings = std::move(*loaded);
   }
-  if (!args.http.empty()) settings.listen.http = args.http;
-  if (!args.grpc.empty()) settings.listen.grpc = args.grpc;
-  if (!args.admin.empty()) settings.listen.admin = args.admin;
+  // The command line's listeners win over the file's, at start and at every
+  // reload.
+  auto overrides = [&args](router::Settings* s) {
+    if (!args.http.empty()) s->listen.http = args.http;
+    if (!args.grpc.empty()) s->listen.grpc = args.grpc;
+    if (!args.admin.empty()) s->listen.admin = args.admin;
+    if (!args.health.empty()) s->listen.health = args.health;
+  };
+  overrides(&settings);
 
   // TLS on every listener (tls.*). The loader checked the files; they are
   // read once more here, for the listeners, before anything is bound.
@@ -304,14 +326,45 @@ int Serve(const Args& args) {
   engines::SyncEngineClient control_client(engine_client, loops.executor(0));
   router::EventBus events;
   router::Fleet fleet(settings, clock, &metrics, journal.get(), &events);
+  // What requests report is applied on the first loop, off their path.
+  fleet.SetOwnerExecutor(loops.executor(0));
   // The journal rows carry the statuses of the one status table.
   const StatusTableJournal journal_status;
   router::Router router(settings, engine_client, fleet, clock, &metrics, journal.get(),
                         std::random_device{}(), &journal_status);
   router.SetAccessLog(access_log.get());
+  // The config generation in force; requests keep the one they were
+  // admitted under (B20).
+  router::LiveSettings live(settings);
+  router.SetLiveSettings(&live);
+
+  // DNS groups (B24): resolved on the first loop with c-ares, their members
+  // joining and leaving the fleet.
+  router::DnsGroups dns_groups(
+      fleet, clock, &metrics, loops.executor(0),
+      [&loops](const std::vector<std::string>& servers)
+          -> absl::StatusOr<std::unique_ptr<router::DnsResolver>> {
+        auto made = router::CaresResolver::Create(loops.executor(0), {.servers = servers});
+        if (!made.ok()) return made.status();
+        return std::unique_ptr<router::DnsResolver>(std::move(*made));
+      });
+  dns_groups.SetGroups(settings);
+  dns_groups.Start();
+
+  // Reloads (B20): SIGHUP, a change of the file, the admin ReloadConfig.
+  std::unique_ptr<ConfigReloader> reloader;
+  if (config_file) {
+    reloader = std::make_unique<ConfigReloader>(
+        std::move(*config_file), live, fleet, &metrics, overrides,
+        [&router, &dns_groups, &engine_client](const router::Settings& s) {
+          engine_client.SetOptions(EngineClientOptions(s));
+          router.ApplySettings(s);
+          dns_groups.SetGroups(s);
+        });
+  }
 
   // Breaker probes, readmission and liveness sweeps (B17).
-  router::Prober prober(settings, control_client, fleet, clock);
+  router::Prober prober(control_client, fleet, clock);
 
   AdminOptions admin_options;
   admin_options.token = EnvOrEmpty(settings.admin.token_env);
@@ -324,6 +377,14 @@ int Serve(const Args& args) {
   admin_options.watch_queue = static_cast<size_t>(settings.admin.watch_queue);
   admin_options.watch_stall_timeout = std::chrono::milliseconds(
       static_cast<long long>(settings.admin.watch_stall_timeout_s * 1000));
+  if (reloader) {
+    admin_options.reload = [&reloader] { return reloader->Reload("admin"); };
+    admin_options.reload_status = [&reloader] { return reloader->Status(); };
+  }
+  admin_options.current_settings = [&live] {
+    std::shared_ptr<const router::ConfigGeneration> g = live.Current();
+    return std::shared_ptr<const router::Settings>(g, &g->settings);
+  };
   AdminService admin(settings, fleet, prober, events, control_client, clock, admin_options);
 
   // --preflight (B18) runs before any listener is bound.
@@ -356,8 +417,28 @@ int Serve(const Args& args) {
   router::StartupChecks startup_checks(
       fleet, prober, std::chrono::milliseconds(static_cast<long long>(startup_retry_s * 1000)));
   startup_checks.Start();
+  if (reloader) reloader->StartPolling();
   // After a load, the heap it left in malloc's arenas goes back to the system.
   IdleMemoryRelease idle_release([&router] { return router.inflight(); });
+
+  // Probes (listen.health): plaintext whatever tls.* says, apart from the doors.
+  std::unique_ptr<ProbeListener> probes;
+  std::string health_line;
+  if (!settings.listen.health.empty()) {
+    probes = std::make_unique<ProbeListener>(
+        clock, loops, [&fleet](std::string* why) { return fleet.Ready(why); },
+        ProbeStartupWindow(settings.engine.connect_timeout_s, settings.engine.health_timeout_s));
+    std::string host;
+    int port = 0;
+    SplitHostPort(settings.listen.health, &host, &port);
+    auto bound_health = probes->Bind(host, port);
+    if (!bound_health.ok()) {
+      LogError("narwhal-serve: " + std::string(bound_health.status().message()));
+      return 1;
+    }
+    probes->Start();
+    health_line = " health=" + host + ":" + std::to_string(*bound_health);
+  }
 
   OpenAiShim shim(settings, router, fleet, clock, registry,
                   EnvOrEmpty(settings.serving.api_key_env), loops, door_options);
@@ -432,34 +513,49 @@ int Serve(const Args& args) {
        {admin_server.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
       [&fleet] { return fleet.Ready(nullptr); });
 
-  std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d admin=%s:%d\n", http_host.c_str(),
-              *bound, grpc_host.c_str(), grpc_bound, admin_host.c_str(), admin_bound);
+  std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d admin=%s:%d%s\n", http_host.c_str(),
+              *bound, grpc_host.c_str(), grpc_bound, admin_host.c_str(), admin_bound,
+              health_line.c_str());
   std::fflush(stdout);
   LogInfo("narwhal-serve: serving model " + settings.model + " with " +
           std::to_string(settings.engines.size()) + " engines");
 
   int received = 0;
-  sigwait(&signals, &received);
+  while (true) {
+    sigwait(&blocked, &received);
+    if (received != SIGHUP) break;
+    if (reloader) {
+      reloader->Reload("SIGHUP");
+    } else {
+      LogInfo("narwhal-serve: SIGHUP: no --config given, nothing to reload");
+    }
+  }
+  // The drain bound of the configuration in force (a reload may change it).
+  const double graceful_timeout_s = live.Current()->settings.serving.graceful_timeout_s;
   LogInfo(std::string("narwhal-serve: ") + (received == SIGTERM ? "SIGTERM" : "SIGINT") +
-          ": draining for up to " + std::to_string(settings.serving.graceful_timeout_s) + "s");
+          ": draining for up to " + std::to_string(graceful_timeout_s) + "s");
   // Graceful drain: new requests are refused (503) while admitted ones
   // finish, streams included, for up to serving.graceful_timeout_s; then
   // whatever is left is cancelled and every listener closes.
   const engines::MonoTime drain_deadline =
-      clock.Now() + engines::FromSeconds(settings.serving.graceful_timeout_s);
+      clock.Now() + engines::FromSeconds(graceful_timeout_s);
   grpc_health.Drain();
+  if (probes) probes->BeginDrain();
   shim.BeginDrain();
   // The admin API ends its event streams and pending calls at once.
   admin.Shutdown();
   admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  router.Drain(engines::FromSeconds(settings.serving.graceful_timeout_s), loops.executor(0));
+  router.Drain(engines::FromSeconds(graceful_timeout_s), loops.executor(0));
   // The last events of finished requests still reach their clients.
   shim.WaitIdle(std::max(drain_deadline, clock.Now() + std::chrono::seconds(1)));
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   shim.StopAccepting();
   shim.Join();
+  if (reloader) reloader->Stop();
+  dns_groups.Stop();
   startup_checks.Stop();
   monitor.Stop();
+  if (probes) probes->Stop();
   loops.Stop();
   // Every request has ended and queued its row: put them in the file now
   // (the journal's destructor drains again, after the last event row).

@@ -70,6 +70,12 @@ constexpr auto kTable = std::to_array<Row>({
      ErrorType::kDecode, true},
     {Reason::kEngineTimeout, kP, kAnyOutput, kAnyCause, 0, 504, ErrorType::kPrefill, true},
     {Reason::kEngineTimeout, kD, kAnyOutput, kAnyCause, 0, 504, ErrorType::kDecode, true},
+    // The engine refused the router (its key, model or paths): a fault of
+    // the leg, never shown as the client's own 401/404.
+    {Reason::kEngineError, kP, kAnyOutput, FailureCause::kEngineRefusedRouter, 0, 502,
+     ErrorType::kPrefill, true},
+    {Reason::kEngineError, kD, kAnyOutput, FailureCause::kEngineRefusedRouter, 0, 502,
+     ErrorType::kDecode, true},
     {Reason::kEngineError, kP, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
      ErrorType::kPrefill, true},
     {Reason::kEngineError, kD, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,

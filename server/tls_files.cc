@@ -1,16 +1,11 @@
 #include "server/tls_files.h"
 
-#include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -18,13 +13,14 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/config/bounded_file.h"
 
 namespace narwhal::server {
 namespace {
 
 constexpr char kCertKey[] = "tls.cert_file";
 constexpr char kKeyKey[] = "tls.key_file";
-constexpr off_t kMaxPemFileBytes = 1 << 20;
+constexpr size_t kMaxPemFileBytes = size_t{1} << 20;
 
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
@@ -55,37 +51,10 @@ std::string OpenSslReason() {
 // The whole file, or why it cannot be read (appended to *errors).
 std::optional<std::string> ReadPemFile(const char* key, const std::string& path,
                                        std::vector<std::string>* errors) {
-  const auto fail = [&](const std::string& why) {
-    errors->push_back(absl::StrCat(Named(key, path), ": cannot read: ", why));
-    return std::nullopt;
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return fail(std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return fail("not a regular file");
-  if (st.st_size > kMaxPemFileBytes) {
-    return fail(absl::StrCat("larger than ", kMaxPemFileBytes, " bytes"));
-  }
-  std::string text;
-  char buf[16384];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(std::strerror(errno));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > static_cast<size_t>(kMaxPemFileBytes)) {
-      return fail(absl::StrCat("larger than ", kMaxPemFileBytes, " bytes"));
-    }
-  }
-  return text;
+  absl::StatusOr<std::string> text = config_file::ReadBoundedFile(path, kMaxPemFileBytes);
+  if (text.ok()) return std::move(*text);
+  errors->push_back(absl::StrCat(Named(key, path), ": cannot read: ", text.status().message()));
+  return std::nullopt;
 }
 
 BioPtr MemoryBio(const std::string& text) {

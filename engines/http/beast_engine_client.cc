@@ -151,6 +151,41 @@ std::string ResponseBoundError(const error_code& ec, const Parser& parser,
   return "";
 }
 
+// Interim (1xx) responses skipped before a final one, at most: a proxy in
+// front of an engine may send 100 Continue (or 103 Early Hints), which
+// HTTP/1.1 requires a client to skip; more than a few is no engine.
+constexpr int kMaxInterimResponses = 4;
+
+// 1xx but 101: a protocol switch the router never asks for is a final,
+// unusable answer.
+bool IsInterimStatus(int status) { return status >= 100 && status < 200 && status != 101; }
+
+std::string TooManyInterimResponses(std::string_view what) {
+  return std::string(what) + " came after more than " + std::to_string(kMaxInterimResponses) +
+         " interim (1xx) responses";
+}
+
+// Reads response heads until a final one, each into a fresh parser from
+// `make` (a Beast parser reads one message): interim 1xx responses are
+// skipped, at most kMaxInterimResponses of them (then *too_many is set and
+// the read fails with http::error::bad_status). The leg's timer bounds the
+// whole wait.
+template <class Parser, class Make>
+Awaitable<error_code> ReadFinalHeader(tcp::socket& socket, beast::flat_buffer& buffer,
+                                      std::shared_ptr<Parser>& parser, const Make& make,
+                                      bool* too_many) {
+  error_code ec;
+  for (int interim = 0;; ++interim) {
+    parser = make();
+    co_await http::async_read_header(socket, buffer, *parser, Redirect(ec));
+    if (ec || !IsInterimStatus(parser->get().result_int())) co_return ec;
+    if (interim == kMaxInterimResponses) {
+      *too_many = true;
+      co_return http::error::bad_status;
+    }
+  }
+}
+
 // The socket of a leg, shared with a cancellation posted from another thread.
 struct LegIo {
   LegIo(const Executor& executor, size_t buffer_limit) : socket(executor), buffer(buffer_limit) {}
@@ -299,7 +334,12 @@ Awaitable<void> DrainAndPool(std::shared_ptr<LegIo> io, std::shared_ptr<DecodePa
 }  // namespace
 
 BeastEngineClient::BeastEngineClient(HttpEngineClientOptions options, const Clock& clock)
-    : options_(std::move(options)), clock_(clock) {}
+    : options_(std::make_shared<const HttpEngineClientOptions>(std::move(options))),
+      clock_(clock) {}
+
+void BeastEngineClient::SetOptions(HttpEngineClientOptions options) {
+  options_.Publish(std::make_shared<const HttpEngineClientOptions>(std::move(options)));
+}
 
 namespace {
 
@@ -329,6 +369,9 @@ EngineFailure ConnectTimeout(Phase phase, const EngineTarget& target, const std:
 
 Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api api,
                                                     const json& client_body, LegOptions options) {
+  // The options in force when the leg starts (a reload may change them).
+  const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
+  const HttpEngineClientOptions& opts = *opts_held;
   constexpr Phase kPhase = Phase::kPrefill;
   PrefillOutcome out;
   std::string host;
@@ -362,12 +405,12 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   }
 
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(options_));
+  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts));
   const std::string body = BuildPrefillBody(client_body).dump();
   {
     // A pooled connection is checked before reuse; a failure on it is a
     // failure of the leg (B14 decides about retries, not the transport).
-    const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
+    const MonoTime connect_deadline = clock_.Now() + FromSeconds(opts.connect_timeout_s);
     leg.timer().Arm(std::min(connect_deadline, deadline),
                     connect_deadline < deadline ? LegBound::kConnect : deadline_bound);
     const error_code connect_ec = co_await leg.Connect();
@@ -378,7 +421,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     }
     if (leg.timer().fired()) {
       out.failure = leg.timer().fired_bound() == LegBound::kConnect
-                        ? ConnectTimeout(kPhase, producer, leg.key(), options_.connect_timeout_s)
+                        ? ConnectTimeout(kPhase, producer, leg.key(), opts.connect_timeout_s)
                         : leg_timeout();
       co_return out;
     }
@@ -389,11 +432,21 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     leg.timer().Arm(deadline, deadline_bound);
 
     auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
-                          options_.api_key, body);
+                          opts.api_key, body);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
-    StringParser parser(options_);
-    parser.body_limit(options_.max_response_bytes);
+    const auto make_parser = [&opts] {
+      auto p = std::make_shared<StringParser>(opts);
+      p->body_limit(opts.max_response_bytes);
+      return p;
+    };
+    std::shared_ptr<StringParser> parser_ptr = make_parser();
+    bool too_many_interim = false;
     leg.io().buffer.clear();
+    if (!ec) {
+      ec = co_await ReadFinalHeader(leg.io().socket, leg.io().buffer, parser_ptr, make_parser,
+                                    &too_many_interim);
+    }
+    StringParser& parser = *parser_ptr;
     if (!ec) co_await http::async_read(leg.io().socket, leg.io().buffer, parser, Redirect(ec));
     if (leg.cancelled()) {
       out.failure = Cancelled(kPhase, producer.iid);
@@ -403,15 +456,21 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
       out.failure = leg_timeout();
       co_return out;
     }
+    if (too_many_interim) {
+      out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
+                                BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
+                                TooManyInterimResponses("prefill response"), false);
+      co_return out;
+    }
     if (ec == http::error::body_limit) {
       out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
                                 BreakerClass::kKvHandoff, FailureCause::kNoHandoff,
                                 "no handoff: prefill response exceeds " +
-                                    std::to_string(options_.max_response_bytes) + " bytes",
+                                    std::to_string(opts.max_response_bytes) + " bytes",
                                 false);
       co_return out;
     }
-    if (std::string bound = ResponseBoundError(ec, parser, options_, "prefill response");
+    if (std::string bound = ResponseBoundError(ec, parser, opts, "prefill response");
         !bound.empty()) {
       out.failure = MakeFailure(kPhase, producer.iid, FailureReason::kInvalidResponse,
                                 BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
@@ -438,8 +497,8 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     } else {
       std::string why;
       std::optional<json> descriptor;
-      if (!JsonDepthWithin(response)) {
-        why = "prefill response " + DepthLimitText();
+      if (const JsonVerdict v = CheckJson(response); v != JsonVerdict::kWithin) {
+        why = "prefill response " + JsonLimitText(v, response.size());
       } else if (json parsed = ParseJson(response); parsed.is_discarded()) {
         why = "prefill response is not valid JSON";
       } else {
@@ -453,13 +512,13 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
         ProducerIdentity identity{producer.kv_engine_id, ""};
         int port = 0;
         ParseEngineUrl(producer.url, &identity.host, &port);
-        ApplyRemoteHostPolicy(identity, options_.remote_host_policy, &*descriptor);
+        ApplyRemoteHostPolicy(identity, opts.remote_host_policy, &*descriptor);
         out.result.emplace(producer.iid, producer.url, api, options.backend_request_id,
-                           options_.connector, std::move(*descriptor), producer.kv_engine_id);
+                           opts.connector, std::move(*descriptor), producer.kv_engine_id);
       }
     }
     if (parser.get().keep_alive() && leg.io().buffer.size() == 0) {
-      leg.Pool(options_.max_idle_connections);
+      leg.Pool(opts.max_idle_connections);
     }
     co_return out;
   }
@@ -469,6 +528,9 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                                   const PrefillResult& handoff,
                                                   const json& client_body, bool client_streams,
                                                   LegOptions options, DecodeObserver& observer) {
+  // The options in force when the leg starts (a reload may change them).
+  const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
+  const HttpEngineClientOptions& opts = *opts_held;
   constexpr Phase kPhase = Phase::kDecode;
   const Api api = handoff.endpoint();
   DecodeOutcome out;
@@ -486,8 +548,8 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     co_return out;
   }
   // B3: validate before any HTTP request; evidence counts against the producer.
-  if (DescriptorRejection why = ValidateContinuation(handoff, options_.connector, api,
-                                                     options_.remote_host_policy);
+  if (DescriptorRejection why = ValidateContinuation(handoff, opts.connector, api,
+                                                     opts.remote_host_policy);
       !why.ok()) {
     EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
                                   BreakerClass::kKvHandoff, FailureCause::kInvalidContinuation,
@@ -519,42 +581,53 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
 
   // B12: the first-token budget starts now, before connect.
   const MonoTime first_token_deadline =
-      std::min(started + FromSeconds(options_.first_token_timeout_s), options.request_deadline);
+      std::min(started + FromSeconds(opts.first_token_timeout_s), options.request_deadline);
   const LegBound first_token_bound = first_token_deadline == options.request_deadline
                                          ? LegBound::kRequest
                                          : LegBound::kFirstToken;
-  const auto read_timeout = FromSeconds(options_.decode_read_timeout_s);
+  const auto read_timeout = FromSeconds(opts.decode_read_timeout_s);
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(options_));
+  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts));
   LegTimer& timer = leg.timer();
   const bool same_worker = consumer.iid == handoff.producer_iid();
   const std::string body = BuildDecodeBody(client_body, handoff, same_worker, client_streams).dump();
 
-  SseReader sse(options_.max_event_bytes);
+  SseReader sse(opts.max_event_bytes);
   StreamEvent event;
   bool first_token = false;
   bool done = false;
   bool observer_stopped = false;
   std::optional<EngineFailure> stream_error;
   std::string choice_bound;  // why a chunk broke the choice bounds
+  std::string malformed_event;  // why an event could not be read
   int metadata_frames = 0;
   int status = 0;
   std::string error_body;
   error_code ec;
-  auto parser = std::make_shared<DecodeParser>(options_);
+  auto parser = std::make_shared<DecodeParser>(opts);
   bool connected = false;
   bool request_sent = false;  // the whole decode request reached the socket
+  bool too_many_interim = false;
 
+  // B13 bounds the silence between complete SSE units — a `data:` event,
+  // metadata included, or a comment line (a keep-alive) — not between
+  // transport reads: bytes of an event that never ends do not reset it.
+  MonoTime silent_since{};  // end of the last complete unit (after the first token)
   auto arm_read_timer = [&] {
-    const MonoTime now = clock_.Now();
-    if (options_.decode_read_timeout_s > 0 && now + read_timeout < options.request_deadline) {
-      timer.Arm(now + read_timeout, LegBound::kRead);
+    if (opts.decode_read_timeout_s > 0 &&
+        silent_since + read_timeout < options.request_deadline) {
+      timer.Arm(silent_since + read_timeout, LegBound::kRead);
     } else {
       timer.Arm(options.request_deadline, LegBound::kRequest);
     }
   };
-  const SseReader::EventFn on_event = [&](std::string_view data) {
-    ClassifyEvent(data, &event);
+  auto restart_read_timer = [&] {
+    silent_since = clock_.Now();
+    arm_read_timer();
+  };
+  const SseReader::EventFn on_event = [&](std::string_view payload) {
+    // The payload as relayed: repaired when its text was not valid Unicode.
+    const std::string_view data = ClassifyEvent(payload, &event);
     switch (event.kind) {
       case EventKind::kDone:
         done = true;
@@ -564,20 +637,23 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                             event.error_message, /*in_stream=*/true);
         return false;
       case EventKind::kToken:
-        if (!first_token) {
-          first_token = true;
-          arm_read_timer();  // B13 from the first token on
-        }
+        first_token = true;  // B13 from the first token on
         break;
       case EventKind::kMetadata:
-      case EventKind::kMalformed:
         if (!first_token) ++metadata_frames;
         break;
+      case EventKind::kMalformed:
+        // Whether it carried output cannot be known: the leg fails, on every
+        // door alike, rather than lose text while reporting success.
+        malformed_event = "malformed stream: an event of " + std::to_string(payload.size()) +
+                          " bytes is not a JSON object (or " + DepthLimitText() + ")";
+        return false;
     }
     if (event.choices > kMaxChoices || event.stray_choice_index) {
       choice_bound = ChoiceBoundError(event);
       return false;
     }
+    if (first_token) restart_read_timer();
     if (!observer.OnEvent(data, event)) {
       observer_stopped = true;
       return false;
@@ -586,7 +662,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   };
 
   do {
-    const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
+    const MonoTime connect_deadline = clock_.Now() + FromSeconds(opts.connect_timeout_s);
     timer.Arm(std::min(connect_deadline, first_token_deadline),
               connect_deadline < first_token_deadline ? LegBound::kConnect : first_token_bound);
     ec = co_await leg.Connect();
@@ -594,13 +670,19 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     connected = true;
     timer.Arm(first_token_deadline, first_token_bound);
     auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
-                          options_.api_key, body);
+                          opts.api_key, body);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
     request_sent = !ec;
-    parser = std::make_shared<DecodeParser>(options_);
-    parser->body_limit(boost::none);  // a stream; SseReader bounds each event
+    const auto make_parser = [&opts] {
+      auto p = std::make_shared<DecodeParser>(opts);
+      p->body_limit(boost::none);  // a stream; SseReader bounds each event
+      return p;
+    };
     leg.io().buffer.clear();
-    if (!ec) co_await http::async_read_header(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));
+    if (!ec) {
+      ec = co_await ReadFinalHeader(leg.io().socket, leg.io().buffer, parser, make_parser,
+                                    &too_many_interim);
+    }
   } while (false);
 
   if (!ec && !leg.cancelled() && !timer.fired()) {
@@ -622,9 +704,9 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
         continue;
       }
       if (n > 0) {
-        // B13: every transport chunk after the first token re-arms the read timer.
-        if (first_token) arm_read_timer();
+        const size_t comments = sse.comments();
         if (!sse.Feed(std::string_view(chunk, n), on_event)) break;
+        if (first_token && sse.comments() != comments) restart_read_timer();
       }
       if (ec || parser->is_done()) break;
       // Everything received so far is parsed (what is left, if anything, is
@@ -632,6 +714,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
       // chunk's header): hand it to the client in one write before the next
       // socket read. A slow client is not engine silence (B13).
       if (leg.io().buffer.size() <= 2) {
+        const MonoTime flush_started = clock_.Now();
         if (first_token) timer.Pause();
         const bool keep_going = co_await observer.Flush();
         if (!keep_going) {
@@ -639,6 +722,8 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
           break;
         }
         if (first_token) {
+          // The engine's silence resumes where the client's pause began.
+          silent_since += clock_.Now() - flush_started;
           arm_read_timer();
         } else {
           timer.Arm(first_token_deadline, first_token_bound);
@@ -661,12 +746,12 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     // background and goes back to the pool.
     if (parser->is_done()) {
       if (parser->get().keep_alive() && leg.io().buffer.size() == 0) {
-        leg.Pool(options_.max_idle_connections);
+        leg.Pool(opts.max_idle_connections);
       }
     } else if (!leg.cancelled()) {
       asio::co_spawn(executor,
                      DrainAndPool(leg.shared_io(), parser, clock_, leg.key(),
-                                  options_.max_idle_connections),
+                                  opts.max_idle_connections),
                      asio::detached);
     }
     co_return out;
@@ -680,13 +765,17 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                               "stream ended with [DONE] before any token arrived", true);
   } else if (stream_error) {
     out.failure = std::move(stream_error);
+  } else if (!malformed_event.empty()) {
+    out.failure =
+        MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError, BreakerClass::kStream,
+                    FailureCause::kMalformedStream, std::move(malformed_event), true);
   } else if (!choice_bound.empty()) {
     out.failure =
         MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse, BreakerClass::kStream,
                     FailureCause::kResponseBound, std::move(choice_bound), false);
   } else if (timed_out) {
     if (fired == LegBound::kConnect) {
-      out.failure = ConnectTimeout(kPhase, consumer, leg.key(), options_.connect_timeout_s);
+      out.failure = ConnectTimeout(kPhase, consumer, leg.key(), opts.connect_timeout_s);
     } else if (fired == LegBound::kRequest) {
       out.failure = DeadlineExpired(kPhase, consumer.iid);
     } else if (fired == LegBound::kFirstToken) {
@@ -700,19 +789,23 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
           kPhase, consumer.iid, FailureReason::kEngineTimeout,
           metadata_frames == 0 ? BreakerClass::kStream : BreakerClass::kOverload,
           FailureCause::kFirstTokenTimeout,
-          "no first token within " + FormatSeconds(options_.first_token_timeout_s) + ": " + what,
+          "no first token within " + FormatSeconds(opts.first_token_timeout_s) + ": " + what,
           true);
     } else {
       out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineTimeout,
                                 BreakerClass::kStream, FailureCause::kReadTimeout,
                                 "engine went silent between tokens: nothing arrived within the " +
-                                    FormatSeconds(options_.decode_read_timeout_s) + " read timeout",
+                                    FormatSeconds(opts.decode_read_timeout_s) + " read timeout",
                                 true);
     }
+  } else if (too_many_interim) {
+    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
+                              BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
+                              TooManyInterimResponses("decode response"), false);
   } else if (status != 0 && status != 200) {
     out.failure = ClassifyEngineStatus(kPhase, consumer.iid, status,
                                        EngineErrorMessage(error_body), /*in_stream=*/false);
-  } else if (std::string bound = ResponseBoundError(ec, *parser, options_, "decode response");
+  } else if (std::string bound = ResponseBoundError(ec, *parser, opts, "decode response");
              !bound.empty()) {
     // The header block, or after a 200 a chunk header or the trailer.
     out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
@@ -739,6 +832,9 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
 Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::string method,
                                                      std::string path, std::string body,
                                                      double timeout_s) {
+  // The options in force when the leg starts (a reload may change them).
+  const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
+  const HttpEngineClientOptions& opts = *opts_held;
   ControlResponse out;
   std::string host;
   int port = 0;
@@ -747,31 +843,45 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
     co_return out;
   }
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, nullptr, ReadBufferLimit(options_));
+  Leg leg(clock_, executor, host, port, nullptr, ReadBufferLimit(opts));
   const MonoTime deadline = clock_.Now() + FromSeconds(timeout_s);
-  const MonoTime connect_deadline = clock_.Now() + FromSeconds(options_.connect_timeout_s);
+  const MonoTime connect_deadline = clock_.Now() + FromSeconds(opts.connect_timeout_s);
   leg.timer().Arm(std::min(deadline, connect_deadline), LegBound::kLeg);
   // Control requests use fresh connections: they are rare, and a probe must
   // see the engine as a new client would.
   error_code ec = co_await leg.ConnectFresh();
-  StringParser parser(options_);
+  const auto make_parser = [&opts] {
+    auto p = std::make_shared<StringParser>(opts);
+    p->body_limit(opts.max_response_bytes);
+    return p;
+  };
+  std::shared_ptr<StringParser> parser_ptr = make_parser();
+  bool too_many_interim = false;
   if (!ec && !leg.timer().fired()) {
     leg.timer().Arm(deadline, LegBound::kLeg);
     const http::verb verb = method == "POST" ? http::verb::post : http::verb::get;
-    auto req = LegRequest(verb, path, leg.key(), "", options_.api_key, std::move(body));
+    auto req = LegRequest(verb, path, leg.key(), "", opts.api_key, std::move(body));
     req.keep_alive(false);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
-    parser.body_limit(options_.max_response_bytes);
-    if (!ec) co_await http::async_read(leg.io().socket, leg.io().buffer, parser, Redirect(ec));
+    if (!ec) {
+      ec = co_await ReadFinalHeader(leg.io().socket, leg.io().buffer, parser_ptr, make_parser,
+                                    &too_many_interim);
+    }
+    if (!ec) {
+      co_await http::async_read(leg.io().socket, leg.io().buffer, *parser_ptr, Redirect(ec));
+    }
   }
+  StringParser& parser = *parser_ptr;
   const bool timed_out = leg.timer().fired();
   leg.timer().Stop();
   leg.io().Close();
   if (timed_out) {
     out.error = "no answer from " + leg.key() + " within " + FormatSeconds(timeout_s);
+  } else if (too_many_interim) {
+    out.error = TooManyInterimResponses("response");
   } else if (ec == http::error::body_limit) {
-    out.error = "response exceeds " + std::to_string(options_.max_response_bytes) + " bytes";
-  } else if (std::string bound = ResponseBoundError(ec, parser, options_, "response");
+    out.error = "response exceeds " + std::to_string(opts.max_response_bytes) + " bytes";
+  } else if (std::string bound = ResponseBoundError(ec, parser, opts, "response");
              !bound.empty()) {
     out.error = std::move(bound);
   } else if (ec) {

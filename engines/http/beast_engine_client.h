@@ -8,13 +8,16 @@
 // and handed to the observer, which writes them to the client in one write
 // (DecodeObserver::Flush) before the next read — no thread handoff, no lock.
 // One LegTimer bounds the leg: the first-token budget armed before connect
-// (B12), the read timeout re-armed on every transport chunk after the first
-// token and paused while the client back-pressures the stream (B13), the
+// (B12), the read timeout re-armed on every complete SSE event or comment
+// line after the first token — not on bytes of an event that has not ended —
+// and paused while the client back-pressures the stream (B13), the
 // prefill bound and the request deadline; its expiry closes the socket and is
 // classified by cause. A cancelled CancelToken (B19) closes the socket within
 // one loop turn. Every failure is classified once into an EngineFailure.
 // A leg that ended abnormally closes its connection instead of pooling it.
-// What a leg reads is bounded (HttpEngineClientOptions): header bytes and
+// Interim 1xx responses before the final one (a proxy's 100 Continue) are
+// skipped on every leg, at most four. What a leg reads is bounded
+// (HttpEngineClientOptions): header bytes and
 // fields (chunked trailers included), unparsed framing in the read buffer,
 // prefill and control bodies, SSE events, choices per decode chunk; past a
 // bound the leg fails (kResponseBound, the detail names the bound) and the
@@ -29,6 +32,7 @@
 #include "engines/clock.h"
 #include "engines/engine_client.h"
 #include "engines/http/http_options.h"
+#include "engines/snapshot_slot.h"
 
 namespace narwhal::engines {
 
@@ -48,10 +52,13 @@ class BeastEngineClient : public AsyncEngineClient {
   Awaitable<ControlResponse> Control(EngineTarget engine, std::string method, std::string path,
                                      std::string body, double timeout_s) override;
 
-  const HttpEngineClientOptions& options() const { return options_; }
+  // The options in force; SetOptions replaces them for legs that start
+  // later (a reload).
+  std::shared_ptr<const HttpEngineClientOptions> options() const { return options_.Get(); }
+  void SetOptions(HttpEngineClientOptions options);
 
  private:
-  HttpEngineClientOptions options_;
+  SnapshotSlot<HttpEngineClientOptions> options_;
   const Clock& clock_;
 };
 

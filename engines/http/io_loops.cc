@@ -1,11 +1,11 @@
 #include "engines/http/io_loops.h"
 
-#include <algorithm>
+#include "engines/http/cpu_limit.h"
 
 namespace narwhal::engines {
 
 IoLoops::IoLoops(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = ThreadsPerCore();
   for (int i = 0; i < threads; ++i) {
     auto loop = std::make_unique<Loop>();
     loop->work.emplace(loop->context.get_executor());

@@ -1,6 +1,7 @@
 // IoLoops: the event-loop threads of the data plane.
 //
-// N threads (serving.io_threads; default one per core), each running its own
+// N threads (serving.io_threads; default one per core the container may use,
+// engines/http/cpu_limit.h), each running its own
 // io_context, so everything of one request — its client connection, its
 // attempt loop and its engine legs — stays on one thread: a relayed frame
 // never crosses threads. Work is spread by handing each new client
@@ -26,7 +27,7 @@ namespace narwhal::engines {
 
 class IoLoops {
  public:
-  // `threads` <= 0 means one per core.
+  // `threads` <= 0 means one per core, capped by the container's CPU limit.
   explicit IoLoops(int threads);
   ~IoLoops();
   IoLoops(const IoLoops&) = delete;

@@ -3,7 +3,7 @@
 // A leg is bounded by one deadline at a time — connect, first token (B12),
 // the silence between chunks (B13), the prefill bound, the request deadline —
 // and records which one it is, so an expiry is classified by cause. Re-arming
-// to a later deadline (every chunk, B13) only stores the new deadline: the
+// to a later deadline (every event, B13) only stores the new deadline: the
 // pending wait wakes at the old one, sees the deadline moved and waits again,
 // so a relayed frame costs no timer syscall. Pause() suspends expiry while a
 // slow client back-pressures the stream. On expiry the `on_expire` callback

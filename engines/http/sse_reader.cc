@@ -74,7 +74,8 @@ bool SseReader::EndLine(const EventFn& on_event) {
     if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   }
   if (field == "data") {
-    if (data_.size() + value.size() + 1 > max_event_bytes_) {
+    // The event's data as dispatched: its lines joined by "\n".
+    if (data_.size() + (has_data_ ? 1 : 0) + value.size() > max_event_bytes_) {
       error_ = "SSE event exceeds " + std::to_string(max_event_bytes_) + " bytes";
       return false;
     }

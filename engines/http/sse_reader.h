@@ -8,7 +8,9 @@
 // which are ignored. An event is dispatched at a blank line when it carried at
 // least one `data:` line.
 //
-// Bounded: an event whose data exceeds `max_event_bytes`, or a line longer
+// Bounded: an event whose data (as dispatched: its `data:` values joined by
+// "\n") exceeds `max_event_bytes` — an event of exactly that many bytes is
+// delivered, one byte more is refused — or a line longer
 // than `max_event_bytes` plus 64 bytes (room for the field name), puts the
 // reader into an error state (error() non-empty) and no further events are
 // reported. The verdict is the same however the bytes were split.

@@ -33,7 +33,7 @@ class StandaloneEngineClient : public EngineClient {
                           double timeout_s) override {
     return sync_.Control(engine, method, path, body, timeout_s);
   }
-  const HttpEngineClientOptions& options() const { return async_.options(); }
+  std::shared_ptr<const HttpEngineClientOptions> options() const { return async_.options(); }
 
  private:
   RealClock clock_;

@@ -1,5 +1,7 @@
 #include "engines/http/stream_classifier.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
@@ -9,9 +11,8 @@
 #include <new>
 #include <system_error>
 
-#include <simdjson.h>
-
 #include "engines/json_limits.h"
+#include "engines/json_text_repair.h"
 
 namespace narwhal::engines {
 namespace {
@@ -636,22 +637,7 @@ StreamClassifier::~StreamClassifier() = default;
 StreamClassifier::StreamClassifier(StreamClassifier&&) noexcept = default;
 StreamClassifier& StreamClassifier::operator=(StreamClassifier&&) noexcept = default;
 
-void StreamClassifier::Classify(std::string_view data, StreamEvent* event) {
-  event->Clear();
-  // Trim surrounding whitespace for the terminator check only.
-  std::string_view trimmed = data;
-  while (!trimmed.empty() && (trimmed.front() == ' ' || trimmed.front() == '\t')) {
-    trimmed.remove_prefix(1);
-  }
-  while (!trimmed.empty() && (trimmed.back() == ' ' || trimmed.back() == '\t')) {
-    trimmed.remove_suffix(1);
-  }
-  if (trimmed == "[DONE]") {
-    event->kind = EventKind::kDone;
-    return;
-  }
-  if (trimmed.empty() || trimmed.front() != '{') return;  // kMalformed
-
+bool StreamClassifier::ScanPayload(std::string_view data, StreamEvent* event) {
   bool ok = false;
   try {
     if (parser_ == nullptr) parser_ = std::make_unique<Parser>();  // moved from
@@ -672,11 +658,42 @@ void StreamClassifier::Classify(std::string_view data, StreamEvent* event) {
     ok = false;
   }
   if (!ok) event->Clear();  // kMalformed, with no partial fields
+  return ok;
 }
 
-void ClassifyEvent(std::string_view data, StreamEvent* event) {
+std::string_view StreamClassifier::Classify(std::string_view data, StreamEvent* event) {
+  event->Clear();
+  // Trim surrounding whitespace for the terminator check only.
+  std::string_view trimmed = data;
+  while (!trimmed.empty() && (trimmed.front() == ' ' || trimmed.front() == '\t')) {
+    trimmed.remove_prefix(1);
+  }
+  while (!trimmed.empty() && (trimmed.back() == ' ' || trimmed.back() == '\t')) {
+    trimmed.remove_suffix(1);
+  }
+  if (trimmed == "[DONE]") {
+    event->kind = EventKind::kDone;
+    return data;
+  }
+  if (trimmed.empty() || trimmed.front() != '{') return data;  // kMalformed
+  if (ScanPayload(data, event)) return data;
+  // Text that is not valid Unicode (raw bytes of a cut character, an unpaired
+  // surrogate escape) is what engines mean as text: repaired with U+FFFD,
+  // and the repaired payload is what the client gets.
+  if (!RepairJsonText(data, &repaired_) || !ScanPayload(repaired_, event)) return data;
+  TrimRepaired();
+  return repaired_;
+}
+
+void StreamClassifier::TrimRepaired() {
+  if (repaired_.capacity() > kRetainBytes && repaired_.size() <= kRetainBytes) {
+    repaired_.shrink_to_fit();
+  }
+}
+
+std::string_view ClassifyEvent(std::string_view data, StreamEvent* event) {
   thread_local StreamClassifier classifier;
-  classifier.Classify(data, event);
+  return classifier.Classify(data, event);
 }
 
 }  // namespace narwhal::engines

@@ -9,6 +9,7 @@
 #define NARWHAL_ENGINES_HTTP_STREAM_CLASSIFIER_H_
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "engines/stream_event.h"
@@ -31,18 +32,28 @@ class StreamClassifier {
   StreamClassifier(const StreamClassifier&) = delete;
   StreamClassifier& operator=(const StreamClassifier&) = delete;
 
-  // Classifies `data` (one SSE event's payload) into `*event` (cleared first).
-  // Never throws; any input, however hostile, yields one of the kinds above.
-  void Classify(std::string_view data, StreamEvent* event);
+  // Classifies `data` (one SSE event's payload) into `*event` (cleared first)
+  // and returns the payload to relay: `data` itself, or — when `data` is a
+  // JSON object only but for strings that are not valid Unicode (raw bytes
+  // that are not UTF-8, unpaired surrogate escapes) — a copy repaired with
+  // U+FFFD (engines/json_text_repair.h), classified as such and valid until
+  // the next call. Never throws; any input, however hostile, yields one of
+  // the kinds above.
+  std::string_view Classify(std::string_view data, StreamEvent* event);
 
  private:
   struct Parser;
+  bool ScanPayload(std::string_view data, StreamEvent* event);
+  void TrimRepaired();
   std::unique_ptr<Parser> parser_;
+  std::string repaired_;
 };
 
 // Classifies `data` into `*event` with a classifier owned by the calling
-// thread. Thread-safe; a stream that owns a StreamClassifier should use it.
-void ClassifyEvent(std::string_view data, StreamEvent* event);
+// thread, as StreamClassifier::Classify (the returned payload is valid until
+// the thread's next call). Thread-safe; a stream that owns a StreamClassifier
+// should use it.
+std::string_view ClassifyEvent(std::string_view data, StreamEvent* event);
 
 }  // namespace narwhal::engines
 

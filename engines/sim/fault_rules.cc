@@ -30,15 +30,13 @@ const std::vector<KindInfo>& Kinds() {
       {FaultKind::kStallAfterTokens, "stall_after_tokens", {"tokens"}},
       {FaultKind::kCloseBeforeDone, "close_before_done", {"tokens"}},
       {FaultKind::kDoneBeforeToken, "done_before_token", {}},
-      {FaultKind::kErrorInStream,
-       "error_in_stream",
-       {"after_tokens", "code", "message", "type"}},
+      {FaultKind::kErrorInStream, "error_in_stream", {"after_tokens", "code", "message", "type"}},
       {FaultKind::kNoDescriptor, "no_descriptor", {}},
-      {FaultKind::kDescriptorWithoutEngineId, "descriptor_without_engine_id",
-       {}},
+      {FaultKind::kDescriptorWithoutEngineId, "descriptor_without_engine_id", {}},
       {FaultKind::kMalformedBlockIds, "malformed_block_ids", {"block_ids"}},
       {FaultKind::kSlowTokens, "slow_tokens", {"interval_ms"}},
       {FaultKind::kRecompute, "recompute", {}},
+      {FaultKind::kInvalidText, "invalid_text", {"at_token", "shape"}},
   };
   return *kKinds;
 }
@@ -248,6 +246,19 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
     case FaultKind::kMalformedBlockIds:
       if (json.contains("block_ids")) rule.block_ids = json["block_ids"];
       break;
+    case FaultKind::kInvalidText:
+      if (json.contains("at_token")) {
+        status = ReadInt(json, path, "at_token", 0, 100000, "an integer 0..100000", &rule.count);
+      }
+      rule.type = "raw_byte";
+      if (status.ok() && json.contains("shape")) {
+        status = ReadString(json, path, "shape", &rule.type);
+        if (status.ok() && rule.type != "raw_byte" && rule.type != "lone_surrogate") {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ".shape: must be \"raw_byte\" or \"lone_surrogate\""));
+        }
+      }
+      break;
     default:
       break;
   }
@@ -333,6 +344,10 @@ nlohmann::json FaultRule::ToJson() const {
       break;
     case FaultKind::kMalformedBlockIds:
       json["block_ids"] = block_ids.has_value() ? *block_ids : nullptr;
+      break;
+    case FaultKind::kInvalidText:
+      json["at_token"] = count;
+      json["shape"] = type;
       break;
     default:
       break;

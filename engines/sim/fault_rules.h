@@ -70,6 +70,7 @@ enum class FaultKind {
   kMalformedBlockIds,
   kSlowTokens,
   kRecompute,
+  kInvalidText,
 };
 
 // The phase of a request: kPrefill when its kv_transfer_params has
@@ -98,10 +99,11 @@ struct FaultRule {
   // http_status: status.
   int status = 0;
   // http_status, error_in_stream; empty = the kind's default.
+  // invalid_text: the shape in `type` ("raw_byte" or "lone_surrogate").
   std::string message;
   std::string type;
   // metadata_then_silence: chunks; stall_after_tokens, close_before_done:
-  // tokens; error_in_stream: after_tokens.
+  // tokens; error_in_stream: after_tokens; invalid_text: at_token.
   int count = 0;
   // error_in_stream: code (an integer or a string).
   nlohmann::json code = 500;

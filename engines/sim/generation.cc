@@ -136,6 +136,13 @@ bool Generation::Silence() {
   return false;
 }
 
+void Generation::MakeTextInvalid(std::string* event) const {
+  // The mark is a control character, which the JSON writer escapes.
+  const size_t at = event->find("\\u0001");
+  if (at == std::string::npos) return;
+  event->replace(at, 6, fault_->type == "lone_surrogate" ? "\\udcff" : "\xff");
+}
+
 bool Generation::Write(httplib::DataSink& sink, const std::string& data) {
   if (sink.write(data.data(), data.size())) return true;
   EndAfterWait(state_.stopping.HasBeenNotified() ? WaitEnd::kStopped
@@ -315,11 +322,11 @@ bool Generation::Stream(httplib::DataSink& sink) {
     if (i == limit - 1) finish = "length";
     std::optional<Usage> usage;
     if (request_.continuous_usage) usage = MakeUsage(i + 1);
-    if (!Write(sink, SseEvent(TokenChunk(ctx_,
-                                         GenerateToken(request_.prompt, i),
-                                         finish, usage)))) {
-      return false;
-    }
+    const bool invalid = Is(FaultKind::kInvalidText) && i == fault_->count;
+    std::string event = SseEvent(TokenChunk(
+        ctx_, GenerateToken(request_.prompt, i) + (invalid ? kInvalidMark : ""), finish, usage));
+    if (invalid) MakeTextInvalid(&event);
+    if (!Write(sink, event)) return false;
     CountToken();
   }
 

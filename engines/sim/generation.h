@@ -72,6 +72,11 @@ class Generation {
   // Ends a silence: records how it ended and returns false (cut).
   bool Silence();
   bool Write(httplib::DataSink& sink, const std::string& data);
+  // invalid_text: the token text's mark, and the event rewritten so that the
+  // mark's escape becomes a raw 0xFF byte or an unpaired surrogate escape
+  // (`\udcff`, as Python's json writes one), as the fault's shape says.
+  static constexpr const char* kInvalidMark = "\x01";
+  void MakeTextInvalid(std::string* event) const;
   void End(RequestEnd end);
   void EndAfterWait(WaitEnd how);
   void SetStatus(int status);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -18,7 +19,13 @@ namespace {
 
 // Serialized rows per write(2) when a batch is large.
 constexpr size_t kChunkBytes = 1 << 20;
+// How often the idle writer looks for refusal summaries that fell due.
+constexpr auto kSummaryWake = std::chrono::seconds(1);
 
+const engines::Clock& ClockOf(const JournalOptions& options) {
+  static const engines::RealClock kRealClock;
+  return options.clock != nullptr ? *options.clock : kRealClock;
+}
 
 }  // namespace
 
@@ -32,7 +39,11 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
   return std::unique_ptr<Journal>(new Journal(fd, std::move(options)));
 }
 
-Journal::Journal(int fd, JournalOptions options) : fd_(fd), options_(std::move(options)) {
+Journal::Journal(int fd, JournalOptions options)
+    : fd_(fd),
+      options_(std::move(options)),
+      clock_(ClockOf(options_)),
+      limiter_(options_.refusal_rows_per_s) {
   writer_ = std::thread(&Journal::Run, this);
 }
 
@@ -46,19 +57,38 @@ Journal::~Journal() {
   ::close(fd_);
 }
 
+bool Journal::EnqueueLocked(nlohmann::json row) {
+  if (accepted_ - completed_ >= options_.max_pending_rows) {
+    ++dropped_;
+    const bool first = !dropping_;
+    dropping_ = true;
+    return first;
+  }
+  queue_.push_back(std::move(row));
+  ++accepted_;
+  return false;
+}
+
+void Journal::QueueSummariesLocked(bool all) {
+  if (!limiter_.pending()) return;
+  for (nlohmann::json& summary : limiter_.TakeSummaries(clock_.Now(), clock_.WallNow(), all)) {
+    EnqueueLocked(std::move(summary));
+  }
+}
+
 void Journal::Write(nlohmann::json row) {
   bool wake = false;
   bool log_drop = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (accepted_ - completed_ >= options_.max_pending_rows) {
-      ++dropped_;
-      log_drop = !dropping_;
-      dropping_ = true;
-    } else {
-      queue_.push_back(std::move(row));
-      ++accepted_;
-      wake = writer_waiting_;
+    const size_t queued = queue_.size();
+    QueueSummariesLocked(/*all=*/false);
+    const bool write = options_.refusal_rows_per_s <= 0 ||
+                       !RefusalRowLimiter::IsRefusalRow(row) ||
+                       limiter_.Admit(row, clock_.Now(), clock_.WallNow());
+    if (write) log_drop = EnqueueLocked(std::move(row));
+    if (queue_.size() != queued || limiter_.pending()) {
+      wake = writer_waiting_;  // to write the row, or to time the summary
       writer_waiting_ = false;
     }
   }
@@ -72,6 +102,11 @@ void Journal::Write(nlohmann::json row) {
 
 void Journal::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
+  QueueSummariesLocked(/*all=*/false);
+  if (!queue_.empty() && writer_waiting_) {
+    writer_waiting_ = false;
+    wake_.notify_one();
+  }
   const uint64_t target = accepted_;
   written_.wait(lock, [&] { return completed_ >= target; });
 }
@@ -82,9 +117,16 @@ void Journal::Run() {
   for (;;) {
     while (queue_.empty() && !stopping_) {
       writer_waiting_ = true;
-      wake_.wait(lock);
+      if (limiter_.pending()) {
+        // Counted refusals: their summary is due a second after the first.
+        wake_.wait_for(lock, kSummaryWake);
+        QueueSummariesLocked(/*all=*/false);
+      } else {
+        wake_.wait(lock);
+      }
     }
     writer_waiting_ = false;
+    if (stopping_) QueueSummariesLocked(/*all=*/true);  // no count is lost
     if (queue_.empty()) return;  // stopping, and everything is written
     batch.swap(queue_);
     const long long dropped_before = dropped_;

@@ -19,6 +19,13 @@
 // error (disk full, ...) loses the rows of that chunk (failed_rows(), logged
 // once per run of errors); later rows are still written, on a fresh line.
 //
+// Refusal floods (RefusalRowLimiter): rows of requests refused before any
+// engine leg are written at most `refusal_rows_per_s` a second per reason;
+// past that they are counted into one `refusals_suppressed` row per reason
+// and second, queued by the next Write(), Flush() or the writer's own wake
+// (it wakes every second while counts are pending), and at the latest by
+// the destructor.
+//
 // Shutdown durability: Flush() blocks until every row accepted before the
 // call has been written (or failed). The destructor drains the queue, joins
 // the writer thread and then closes the file, so every row accepted before
@@ -43,6 +50,9 @@
 #include <absl/status/statusor.h>
 #include <nlohmann/json.hpp>
 
+#include "router/common/clock.h"
+#include "router/common/refusal_row_limiter.h"
+
 namespace narwhal::router {
 
 struct JournalOptions {
@@ -54,6 +64,12 @@ struct JournalOptions {
   std::function<ssize_t(int fd, const void* data, size_t size)> write;
   // What the log lines about this writer call it.
   std::string name = "journal";
+  // Refusal rows per second per reason before they are only counted
+  // (router/common/refusal_row_limiter.h); 0: no limit.
+  double refusal_rows_per_s = 100;
+  // The clock of that limit and of the summary rows' `at`; null: the real
+  // clock. Must outlive the journal.
+  const engines::Clock* clock = nullptr;
 };
 
 class Journal {
@@ -86,9 +102,16 @@ class Journal {
   size_t WriteBatch(const std::vector<nlohmann::json>& batch);
   // Writes all of `buf`; returns the bytes written before an error, if any.
   size_t WriteBuffer(const std::string& buf, int* error);
+  // Queues `row` unless the queue is full (then counts the drop and returns
+  // whether it is the first of a run, to be logged). Under mu_.
+  bool EnqueueLocked(nlohmann::json row);
+  // Queues the refusal summaries due now (every pending one with `all`).
+  // Under mu_.
+  void QueueSummariesLocked(bool all);
 
   const int fd_;
   const JournalOptions options_;
+  const engines::Clock& clock_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;     // the writer: rows queued or stopping
@@ -97,6 +120,7 @@ class Journal {
   bool writer_waiting_ = false;
   bool stopping_ = false;
   bool dropping_ = false;  // a drop was logged; no batch has since completed drop-free
+  RefusalRowLimiter limiter_;
   uint64_t accepted_ = 0;
   uint64_t completed_ = 0;  // accepted rows written or failed, in order
   long long rows_ = 0;

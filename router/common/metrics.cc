@@ -15,6 +15,12 @@ Histogram::BucketBoundaries LatencyBuckets() {
           1,     2.5,    5,     10,   30,    60,   120, 300};
 }
 
+// Inter-token buckets in seconds: a fast decode's few milliseconds to a
+// stalled one's seconds.
+Histogram::BucketBoundaries TpotBuckets() {
+  return {0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5};
+}
+
 }  // namespace
 
 Metrics::Metrics(prometheus::Registry& r)
@@ -55,6 +61,13 @@ Metrics::Metrics(prometheus::Registry& r)
                            .Help("Seconds from arrival until the response ended.")
                            .Register(r)
                            .Add({}, LatencyBuckets())),
+      tpot_seconds(prometheus::BuildHistogram()
+                       .Name("narwhal_tpot_seconds")
+                       .Help("Seconds between generated tokens of each completed request with two "
+                             "or more: the decode's time per output token after the first "
+                             "(journal tpot_s).")
+                       .Register(r)
+                       .Add({}, TpotBuckets())),
       decode_tokens_total(prometheus::BuildCounter()
                               .Name("narwhal_decode_tokens_total")
                               .Help("Generated tokens relayed from decode engines.")
@@ -136,7 +149,37 @@ Metrics::Metrics(prometheus::Registry& r)
               .Help("Decodes on this consumer that did not use the KV cache sent from the "
                     "prefill engine and computed the prompt again (the answer is correct, "
                     "only slower).")
-              .Register(r)) {
+              .Register(r)),
+      fleet_engines(prometheus::BuildGauge()
+                        .Name("narwhal_fleet_engines")
+                        .Help("Engines in the fleet by role and state (serving, held, "
+                              "quarantined, ejected, draining, joining).")
+                        .Register(r)),
+      membership_changes_total(prometheus::BuildCounter()
+                                   .Name("narwhal_membership_changes_total")
+                                   .Help("Engines that joined, failed a join check or left, "
+                                         "by where they come from.")
+                                   .Register(r)),
+      config_reloads_total(prometheus::BuildCounter()
+                               .Name("narwhal_config_reloads_total")
+                               .Help("Config reloads applied or rejected.")
+                               .Register(r)),
+      config_generation(prometheus::BuildGauge()
+                            .Name("narwhal_config_generation")
+                            .Help("The config generation in force (1 at start-up, +1 per "
+                                  "applied reload).")
+                            .Register(r)
+                            .Add({})),
+      discovery_lookups_total(prometheus::BuildCounter()
+                                  .Name("narwhal_discovery_lookups_total")
+                                  .Help("DNS lookups of the fleet's DNS groups by result: ok "
+                                        "(addresses), empty (no address: the members leave), "
+                                        "failed (members unchanged).")
+                                  .Register(r)) {
+  for (const char* result : {"applied", "rejected"}) {
+    config_reloads_total.Add({{"result", result}});
+  }
+  config_generation.Set(1);
   for (std::string_view reason : kAbandonReasonNames) {
     handoffs_abandoned_total.Add({{"reason", std::string(reason)}});
   }

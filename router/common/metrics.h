@@ -29,6 +29,8 @@ class Metrics {
   prometheus::Histogram& prefill_seconds;
   prometheus::Histogram& handoff_seconds;  // first_byte - ttft
   prometheus::Histogram& duration_seconds;
+  // Inter-token time of a completed request's decode (journal tpot_s).
+  prometheus::Histogram& tpot_seconds;
   prometheus::Counter& decode_tokens_total;
 
   // Attempts and retries
@@ -58,6 +60,13 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& link_held;  // {producer, consumer}
   // Crossed decodes whose consumer recomputed the prompt (router/fleet/kv_recompute.h)
   prometheus::Family<prometheus::Counter>& kv_recompute_suspected_total;  // {iid}
+
+  // The live fleet (SPEC §13)
+  prometheus::Family<prometheus::Gauge>& fleet_engines;                 // {role, state}
+  prometheus::Family<prometheus::Counter>& membership_changes_total;    // {source, change}
+  prometheus::Family<prometheus::Counter>& config_reloads_total;        // {result}
+  prometheus::Gauge& config_generation;
+  prometheus::Family<prometheus::Counter>& discovery_lookups_total;  // {group, result}
 };
 
 }  // namespace narwhal::router

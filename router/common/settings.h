@@ -2,9 +2,10 @@
 //
 // The schema of the file — keys, types, bounds, meanings — is
 // proto/narwhal/config/v1/config.proto. server/config_loader parses and
-// validates the JSON fleet file into this struct once at start-up; every
-// component receives it (or the part it needs) by const reference and never
-// sees raw JSON. The defaults below are the ones an absent key takes; a test
+// validates the JSON fleet file into this struct at start-up (and at each
+// live reload, into a new one: router/common/settings_diff.h says what
+// changed); every component receives it (or the part it needs) by const
+// reference and never sees raw JSON. The defaults below are the ones an absent key takes; a test
 // (tests/server/readme_config_test.cc) checks that they are the defaults the
 // schema documents. Bounds are not repeated here: see the schema.
 #ifndef NARWHAL_ROUTER_COMMON_SETTINGS_H_
@@ -23,11 +24,20 @@ const char* RoleName(Role role);
 bool CanPrefill(Role role);
 bool CanDecode(Role role);
 
+// One entry of `engines`: an engine (`url`) or a DNS group (`dns` and
+// `port`), exactly one of the two.
 struct EngineSettings {
-  std::string iid;  // unique engine id (required)
-  std::string url;  // base URL, exactly "http://host:port", unique (required)
+  std::string iid;  // unique engine id (required); a DNS group's members derive theirs
+  std::string url;  // base URL, exactly "http://host:port", unique; "" for a DNS group
   Role role = Role::kBoth;
   std::string kv_engine_id = {};  // the producer's kv_transfer_config engine_id; "" = any
+  // A DNS group: every A/AAAA address of `dns` is a member at `port`,
+  // "http://ADDR:PORT" named "<iid>-<ADDR>-<PORT>" (characters of ADDR outside
+  // [A-Za-z0-9.-] become '-'; SPEC §13), with this entry's role and
+  // kv_engine_id.
+  std::string dns = {};  // host name as written; "" for an engine given by url
+  int port = 0;          // 1-65535 with dns, else 0
+  bool is_dns_group() const { return !dns.empty(); }
 };
 
 // The pinned engine contract (B17/B18). Absent from the file = not pinned.
@@ -43,6 +53,7 @@ struct ListenSettings {
   std::string http = "127.0.0.1:8000";
   std::string grpc = "127.0.0.1:50051";
   std::string admin = "127.0.0.1:50052";
+  std::string health;  // plaintext probe listener; empty = none
 };
 
 struct ServingSettings {
@@ -129,6 +140,7 @@ struct PlacementSettings {
   int imbalance_abs = 8;                // legs beyond the least-loaded producer ...
   double imbalance_rel = 1.5;           // ... and this many times its legs: least loaded wins
   bool cache_aware() const { return prefill == "cache_aware"; }
+  friend bool operator==(const PlacementSettings&, const PlacementSettings&) = default;
 };
 
 enum class RestartPolicy { kIndividual, kWholeWave };
@@ -148,10 +160,25 @@ struct LinkSettings {
   double window_s = 60; // how recent the engines' successes with other peers must be
 };
 
+// How DNS groups are resolved (engines[].dns).
+struct DiscoverySettings {
+  std::vector<std::string> dns_servers;  // resolvers as "host:port"; empty = the system's
+  double dns_refresh_s = 5;              // re-resolution cadence of every group
+  double dns_timeout_s = 2;              // one lookup, <= dns_refresh_s
+};
+
+// Engines joining and leaving a running router (B20-B25).
+struct MembershipSettings {
+  bool join_checks = true;      // B22 checks before a joining engine is placed
+  double drain_timeout_s = 30;  // B23: legs in flight on a leaving engine, then cancelled
+  double remember_s = 600;      // B21: breaker state of an engine that left, kept this long
+  double config_poll_s = 2;     // B20: content check of the config file; 0 = SIGHUP only
+};
+
 struct Settings {
   std::string model;  // served model name (required)
   ListenSettings listen;
-  std::vector<EngineSettings> engines;  // non-empty, unique iids and URLs
+  std::vector<EngineSettings> engines;  // non-empty, unique iids, URLs and DNS groups
   std::optional<EngineContract> engine_contract;
   ServingSettings serving;
   AdminSettings admin;
@@ -162,6 +189,8 @@ struct Settings {
   HandoffSettings handoff;
   PlacementSettings placement;
   LinkSettings links;
+  DiscoverySettings discovery;
+  MembershipSettings membership;
 };
 
 }  // namespace narwhal::router

@@ -25,7 +25,10 @@ std::string_view PlacementStateName(PlacementState s) {
     case PlacementState::kEjected:
       return "ejected";
     case PlacementState::kDraining:
+    case PlacementState::kLeaving:
       return "draining";
+    case PlacementState::kJoining:
+      return "joining";
   }
   return "serving";
 }
@@ -81,13 +84,43 @@ BreakerBook::BreakerBook(const std::vector<EngineSettings>& engines,
     b.settings = e;
     engines_.push_back(std::move(b));
   }
+  Reindex();
+}
+
+size_t BreakerBook::AddEngine(const EngineSettings& settings, uint64_t incarnation,
+                              std::optional<EngineBreaker> restored) {
+  EngineBreaker b = restored ? std::move(*restored) : EngineBreaker{};
+  b.settings = settings;
+  b.incarnation = incarnation;
+  b.probe_running = false;
+  engines_.push_back(std::move(b));
+  index_.emplace(engines_.back().settings.iid, engines_.size() - 1);
+  return engines_.size() - 1;
+}
+
+EngineBreaker BreakerBook::RemoveEngine(size_t i, MonoTime now,
+                                        std::vector<BreakerEvent>* events) {
+  EngineBreaker gone = std::move(engines_[i]);
+  engines_.erase(engines_.begin() + static_cast<std::ptrdiff_t>(i));
+  Reindex();
+  ReleaseUncovered(now, events);
+  return gone;
+}
+
+void BreakerBook::Reindex() {
+  index_.clear();
+  index_.reserve(engines_.size());
+  for (size_t i = 0; i < engines_.size(); ++i) index_.emplace(engines_[i].settings.iid, i);
+}
+
+void BreakerBook::SetRecovery(const RecoverySettings& recovery, bool contract_pinned) {
+  recovery_ = recovery;
+  contract_pinned_ = contract_pinned;
 }
 
 int BreakerBook::Find(const std::string& iid) const {
-  for (size_t i = 0; i < engines_.size(); ++i) {
-    if (engines_[i].settings.iid == iid) return static_cast<int>(i);
-  }
-  return -1;
+  const auto it = index_.find(iid);
+  return it == index_.end() ? -1 : static_cast<int>(it->second);
 }
 
 PlacementState BreakerBook::State(size_t i, MonoTime now) const {
@@ -210,8 +243,13 @@ std::vector<BreakerEvent> BreakerBook::RecordFailure(size_t i, BreakerClass cls,
         break;
       case BreakerClass::kTimeout:
       case BreakerClass::kOverload:
-        e.health_probe_due = true;
-        break;
+        if (!e.health_passed_in_streak) {
+          e.health_probe_due = true;
+          break;
+        }
+        // Its health probe passed and its legs still fail: only an
+        // inference probe can tell, as for the classes below.
+        [[fallthrough]];
       case BreakerClass::kStream:
       case BreakerClass::kInferenceStatus:
       case BreakerClass::kKvHandoff: {
@@ -295,21 +333,29 @@ void BreakerBook::RecordSuccess(size_t i, Success kind) {
       clear(BreakerClass::kInferenceStatus);
       break;
     case Success::kHealth:
-      clear(BreakerClass::kConnection);
-      clear(BreakerClass::kTimeout);
-      clear(BreakerClass::kOverload);
+      e.health_passed_in_streak = true;
+      [[fallthrough]];
+    case Success::kLiveness:
       clear(BreakerClass::kLiveness);
       e.liveness_misses = 0;
       break;
     case Success::kPrefillHandoff:
       clear(BreakerClass::kConnection);
+      clear(BreakerClass::kTimeout);
+      clear(BreakerClass::kOverload);
       clear(BreakerClass::kInferenceStatus);
       clear(BreakerClass::kKvHandoff);
+      e.unverified_readmission = false;
+      e.health_passed_in_streak = false;
       break;
     case Success::kDecodeDone:
       clear(BreakerClass::kConnection);
+      clear(BreakerClass::kTimeout);
+      clear(BreakerClass::kOverload);
       clear(BreakerClass::kInferenceStatus);
       clear(BreakerClass::kStream);
+      e.unverified_readmission = false;
+      e.health_passed_in_streak = false;
       break;
   }
 }
@@ -338,7 +384,7 @@ std::vector<ProbeTask> BreakerBook::TakeDueProbes(MonoTime now, const std::vecto
     }
     if (kind) {
       e.probe_running = true;
-      tasks.push_back(ProbeTask{i, *kind});
+      tasks.push_back(ProbeTask{i, *kind, e.settings.iid, e.incarnation});
     }
   }
   return tasks;
@@ -387,7 +433,7 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
 
   if (kind == ProbeKind::kLiveness) {
     if (outcome == ProbeOutcome::kPassed) {
-      RecordSuccess(i, Success::kHealth);
+      RecordSuccess(i, Success::kLiveness);
       if (e.quarantine && now < e.quarantine->until && !e.quarantine->stream_evidence) {
         append(ReleaseQuarantine(i, "health"));
       }
@@ -442,9 +488,8 @@ std::vector<BreakerEvent> BreakerBook::CompleteProbe(size_t i, ProbeKind kind,
   }
   // An inference probe of a held engine.
   if (outcome == ProbeOutcome::kPassed) {
-    e.streak[static_cast<int>(BreakerClass::kStream)] = 0;
-    e.streak[static_cast<int>(BreakerClass::kInferenceStatus)] = 0;
-    e.streak[static_cast<int>(BreakerClass::kKvHandoff)] = 0;
+    RecordSuccess(i, Success::kDecodeDone);
+    RecordSuccess(i, Success::kPrefillHandoff);
     e.probe_failures = 0;
     e.next_probe_at = MonoTime::max();
     e.checked = true;
@@ -490,6 +535,11 @@ std::vector<BreakerEvent> BreakerBook::Eject(size_t i, EjectCause cause, const s
     ej.inference_suspect = true;
     ej.side = hold->side;
     ej.recorded_producer = hold->recorded_producer;
+  } else if (e.unverified_readmission &&
+             (cause == EjectCause::kConnection || cause == EjectCause::kLiveness)) {
+    // Readmitted on health alone, and failing again before any inference
+    // succeeded: its health checks do not speak for its inference legs.
+    ej.inference_suspect = true;
   }
   e.ejection = ej;
   e.last_ejection_cause = cause;
@@ -539,11 +589,13 @@ std::vector<BreakerEvent> BreakerBook::Readmit(size_t i, const std::string& evid
   e.ejection.reset();
   e.draining = false;
   e.streak.fill(0);
+  e.health_passed_in_streak = false;
   e.probe_failures = 0;
   e.next_probe_at = MonoTime::max();
   e.health_probe_due = false;
   e.liveness_misses = 0;
   e.checked = true;
+  e.unverified_readmission = evidence == "health";
   BreakerEvent ev = Event(FleetEventKind::kEngineReadmitted, e.settings.iid);
   ev.evidence = evidence;
   events.push_back(ev);

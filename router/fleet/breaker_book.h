@@ -27,6 +27,8 @@
 #ifndef NARWHAL_ROUTER_FLEET_BREAKER_BOOK_H_
 #define NARWHAL_ROUTER_FLEET_BREAKER_BOOK_H_
 
+#include <absl/container/flat_hash_map.h>
+
 #include <array>
 #include <optional>
 #include <string>
@@ -43,13 +45,22 @@ using engines::BreakerClass;
 using engines::MonoTime;
 using engines::Phase;
 
-enum class PlacementState { kServing, kHeld, kQuarantined, kEjected, kDraining };
+// kDraining: drained by an operator (DrainEngine). kJoining and kLeaving are
+// the fleet's membership (B22, B23), not the book's: a joining engine has
+// not passed its join checks; a leaving one left the fleet and finishes its
+// legs in flight (its wire name is "draining" too: no new legs either way).
+enum class PlacementState { kServing, kHeld, kQuarantined, kEjected, kDraining, kJoining, kLeaving };
 std::string_view PlacementStateName(PlacementState s);
 
-// Successes that clear streaks (reference behaviour §8, "Clearing on success").
+// Successes that clear streaks (reference behaviour §8, "Clearing on
+// success"), with one deliberate difference: a health check says nothing of
+// inference legs, so it clears only liveness evidence; every class fed by
+// inference legs (connection, timeout, overload, inference_status,
+// kv_handoff, stream) is cleared by a leg that succeeded.
 enum class Success {
-  kEngineRejected,  // engine answered a 4xx other than 408/429: it is alive
-  kHealth,          // health probe 200
+  kEngineRejected,  // engine refused the client's request with a 4xx: it is alive
+  kHealth,          // a health probe asked for by a timeout/overload streak passed
+  kLiveness,        // a liveness sweep passed
   kPrefillHandoff,  // prefill returned a usable handoff
   kDecodeDone,      // decode stream reached [DONE]
 };
@@ -133,6 +144,9 @@ struct LastProbe {
 
 struct EngineBreaker {
   EngineSettings settings;
+  // Which incarnation of the iid (the fleet's record id): a probe's result
+  // applies only to the incarnation it probed.
+  uint64_t incarnation = 0;
   std::array<int, engines::kBreakerClassCount> streak{};
   std::optional<Quarantine> quarantine;  // the timed hold
   std::optional<InferenceHold> hold;     // the inference hold
@@ -140,6 +154,11 @@ struct EngineBreaker {
   bool draining = false;
   // Probes
   bool health_probe_due = false;
+  // A health probe asked for by a timeout/overload streak passed, and no
+  // inference leg succeeded since: the engine answers its health checks
+  // while its inference legs fail. The streak's next failure holds it for
+  // an inference probe instead of asking for another health probe.
+  bool health_passed_in_streak = false;
   MonoTime next_probe_at = MonoTime::max();  // for a hold or an ejection
   int probe_failures = 0;
   bool probe_running = false;
@@ -152,12 +171,20 @@ struct EngineBreaker {
   // Liveness
   int liveness_misses = 0;
   MonoTime last_liveness{};
+  // Readmitted on a health check alone and no inference succeeded since: an
+  // engine that answers its health checks but fails inference legs (drops
+  // every inference connection, refuses the router's key). Ejected again by
+  // a connection or liveness streak, it returns only through an inference
+  // probe.
+  bool unverified_readmission = false;
 };
 
 // A probe the monitor should run now.
 struct ProbeTask {
-  size_t index = 0;
+  size_t index = 0;  // in the book when it was taken
   ProbeKind kind = ProbeKind::kHealth;
+  std::string iid;
+  uint64_t incarnation = 0;
 };
 
 class BreakerBook {
@@ -172,7 +199,19 @@ class BreakerBook {
 
   size_t size() const { return engines_.size(); }
   const EngineBreaker& engine(size_t i) const { return engines_[i]; }
-  // Index of `iid`, or -1.
+
+  // Membership (B21-B23). A new engine at the end, with the breaker state
+  // it had when it left (`restored`, same iid and url) or a fresh one.
+  size_t AddEngine(const EngineSettings& settings, uint64_t incarnation,
+                   std::optional<EngineBreaker> restored = std::nullopt);
+  // Takes engine `i` out (indexes after it shift down) and returns its
+  // state, to remember; `events` gets the holds that ended because another
+  // engine became the last of its role.
+  EngineBreaker RemoveEngine(size_t i, MonoTime now, std::vector<BreakerEvent>* events);
+  // A reload's recovery settings, for what follows.
+  void SetRecovery(const RecoverySettings& recovery, bool contract_pinned);
+  // Index of `iid`, or -1 (a hash lookup: the request path's reports and
+  // every probe ask).
   int Find(const std::string& iid) const;
 
   // Evidence from a failed leg against engine `i`. `side` is the leg's phase
@@ -203,6 +242,9 @@ class BreakerBook {
   std::vector<BreakerEvent> CompleteProbe(size_t i, ProbeKind kind, ProbeOutcome outcome,
                                           const std::string& detail, const std::string& producer,
                                           MonoTime now);
+  // A probe handed out that will not run (its engine is not the breaker's
+  // to probe now).
+  void ProbeDone(size_t i) { engines_[i].probe_running = false; }
   // What an inference probe of engine `i` should exercise.
   Phase ProbeSide(size_t i) const;
   std::string RecordedProducer(size_t i) const;
@@ -233,8 +275,11 @@ class BreakerBook {
   // (cause "uncovered"): they are never held out on probe or quarantine
   // grounds.
   void ReleaseUncovered(MonoTime now, std::vector<BreakerEvent>* events);
+  // Indexes engines_ by iid again (after an engine left: indexes shift).
+  void Reindex();
 
   std::vector<EngineBreaker> engines_;
+  absl::flat_hash_map<std::string, size_t> index_;  // iid -> first engine with it
   RecoverySettings recovery_;
   bool contract_pinned_;
 };

@@ -1,23 +1,35 @@
-// Fleet: the engines, their in-flight legs and their breaker state, shared by
-// every request, the fleet monitor and the admin service. Thread-safe (one
-// mutex; every operation is short and does no I/O).
+// Fleet: the engines, their breaker, link and recompute books, and the
+// snapshot requests place from.
 //
-// Placement and reservation happen together (PickAndReserve) so concurrent
-// requests see each other's legs. A Reservation is RAII: its destruction
-// releases the slot on every path (B7). Every breaker change is published
-// once: to the metrics, the journal (event rows) and the event bus.
+// Two sides:
+//  - The request path (any loop, never blocks, takes no lock shared by all
+//    requests): View() returns the current immutable PlacementView;
+//    PickAndReserve / ReserveDecode / Activate / CanPlace place legs from it
+//    and keep per-engine load in the EngineRecords' atomics; a Reservation
+//    is RAII and releases its slot on every path (B7), even after its
+//    engine left the fleet; DecodeStarted() and Report() hand what an
+//    attempt saw to the owner without waiting (a lock-free queue).
+//  - The owner (the control plane: probes, operators, the admin API): every
+//    other method. They run under the owner's mutex, which no request
+//    takes; reports queued by requests are applied first, so a reader sees
+//    every attempt that finished before it asked. After every change that
+//    moves placement the owner publishes a new view (one atomic swap).
+// Every breaker and link change is published once: to the metrics, the
+// journal (event rows) and the event bus.
 #ifndef NARWHAL_ROUTER_FLEET_FLEET_H_
 #define NARWHAL_ROUTER_FLEET_FLEET_H_
 
+#include <absl/status/status.h>
+
 #include <array>
 #include <atomic>
+#include <boost/lockfree/queue.hpp>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <absl/status/status.h>
 
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
@@ -25,13 +37,18 @@
 #include "router/common/journal.h"
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
+#include "engines/snapshot_slot.h"
+#include "router/fleet/attempt_report.h"
 #include "router/fleet/breaker_book.h"
+#include "router/fleet/engine_record.h"
+#include "router/fleet/engine_series.h"
 #include "router/fleet/event_bus.h"
 #include "router/fleet/fleet_event.h"
 #include "router/fleet/fleet_event_counts.h"
 #include "router/fleet/kv_recompute.h"
 #include "router/fleet/link_book.h"
 #include "router/fleet/placement.h"
+#include "router/fleet/placement_view.h"
 #include "router/fleet/prefix_index.h"
 
 namespace narwhal::router {
@@ -57,13 +74,15 @@ struct LinkSnapshot {
 // A scrape of one consumer's /metrics the monitor should run now (its
 // failed-transfer counter, router/fleet/kv_recompute.h).
 struct RecomputeScrapeTask {
-  size_t index = 0;
+  std::string iid;
 };
 
 // A read-only view of one engine (admin API, /ready, tests).
 struct EngineSnapshot {
   EngineSettings settings;
   PlacementState state = PlacementState::kServing;
+  // Where it comes from: "file", "dns:<group iid>" or "admin".
+  std::string source;
   std::array<int, engines::kBreakerClassCount> streak{};
   int inflight_prefill = 0;
   int inflight_decode = 0;
@@ -97,6 +116,38 @@ struct EngineSnapshot {
   std::string explanation;
 };
 
+// Where a member of the fleet comes from (B25 `source`).
+enum class SourceKind { kFile, kDns, kAdmin };
+struct MemberSource {
+  SourceKind kind = SourceKind::kFile;
+  std::string group;  // kDns: the group's iid
+  // "file", "dns:<group>", "admin".
+  std::string Name() const;
+  bool operator==(const MemberSource& o) const { return kind == o.kind && group == o.group; }
+};
+
+// What the membership settings of the fleet are (SPEC §13 `membership`).
+struct MembershipOptions {
+  bool join_checks = true;
+  double drain_timeout_s = 30;
+  double remember_s = 600;
+};
+
+// A joining engine whose join checks are due (B22), marked running.
+struct JoinTask {
+  engines::EngineTarget target;
+  Role role = Role::kBoth;
+  uint64_t incarnation = 0;
+};
+
+// What one membership change did, by iid.
+struct MembershipChange {
+  std::vector<std::string> joined;
+  std::vector<std::string> left;
+  std::vector<std::string> changed;  // left and joined again (a new url, role or kv_engine_id)
+  bool empty() const { return joined.empty() && left.empty() && changed.empty(); }
+};
+
 // How one leg was placed (journal and metrics).
 struct PlacementInfo {
   PlacementReason reason = PlacementReason::kLeastLoaded;
@@ -109,6 +160,15 @@ class Fleet {
   // `metrics`, `journal` and `events` may be null.
   Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Journal* journal = nullptr,
         EventBus* events = nullptr);
+  ~Fleet();
+  Fleet(const Fleet&) = delete;
+  Fleet& operator=(const Fleet&) = delete;
+
+  // Where queued reports are applied: a task posted to `executor` (the
+  // owner's loop) when the queue becomes non-empty. Without one (tests),
+  // each report is applied by the call that queues it. Call before the
+  // first request.
+  void SetOwnerExecutor(engines::Executor executor);
 
   class Reservation {
    public:
@@ -117,19 +177,22 @@ class Fleet {
     Reservation& operator=(Reservation&& other) noexcept;
     ~Reservation() { Release(); }
     void Release();
-    const engines::EngineTarget& target() const { return target_; }
+    const engines::EngineTarget& target() const { return engine_->target(); }
+    const EngineRef& engine() const { return engine_; }
     PlacementReason reason() const { return reason_; }
-    explicit operator bool() const { return fleet_ != nullptr; }
+    explicit operator bool() const { return engine_ != nullptr; }
 
    private:
     friend class Fleet;
-    Fleet* fleet_ = nullptr;
-    size_t index_ = 0;
+    EngineRef engine_;
     Phase phase_ = Phase::kPrefill;
     bool reserved_ = false;  // a decode leg whose prefill runs (ReserveDecode)
     PlacementReason reason_ = PlacementReason::kLeastLoaded;
-    engines::EngineTarget target_;
   };
+
+  // --- the request path: lock-free ---
+  // The current snapshot (never null).
+  std::shared_ptr<const PlacementView> View() const;
 
   // Places a leg: an engine in placement for `phase`, not in `excluded`,
   // least in-flight first; `avoid` (decode: the producer, B5) only when no
@@ -154,6 +217,15 @@ class Fleet {
   bool Activate(Reservation& reservation, const std::vector<std::string>& excluded);
   // Whether a leg of `phase` could be placed outside `excluded` now.
   bool CanPlace(Phase phase, const std::vector<std::string>& excluded) const;
+
+  // A crossed decode producer->consumer was sent (silent-recompute ledger).
+  void DecodeStarted(const std::string& producer, const std::string& consumer);
+  // One finished attempt (router/fleet/attempt_report.h).
+  void Report(AttemptReport report);
+
+  // --- the owner ---
+  // Applies every queued report now (what the owner's loop does on its own).
+  void Sync();
 
   // Breaker evidence from a failed client leg (uses failure.evidence_iid and
   // breaker_class; no-op for kNone). `producer` is the attempt's producer.
@@ -198,13 +270,14 @@ class Fleet {
   // A probe attempt that did not settle the probe (a producer that failed).
   void RecordProbeAttempt(const ProbeTask& task, ProbeOutcome outcome, const std::string& producer,
                           const std::string& detail);
-  // What an inference probe of `index` exercises: the phase of the failures
+  // What an inference probe of `iid` exercises: the phase of the failures
   // that held it, and (decode side) the producer of the failed transfer.
-  Phase ProbeSide(size_t index) const;
-  std::string RecordedProducer(size_t index) const;
-  engines::EngineTarget Target(size_t index) const;
-  // Whether engine `index` passed a check since start (counts for Ready).
-  bool Checked(size_t index) const;
+  Phase ProbeSide(const std::string& iid) const;
+  std::string RecordedProducer(const std::string& iid) const;
+  // The engine's target (nullopt: not in the fleet).
+  std::optional<engines::EngineTarget> Target(const std::string& iid) const;
+  // Whether engine `iid` passed a check since start (counts for Ready).
+  bool Checked(const std::string& iid) const;
   // Live engines able to prefill, fewest prefill legs in flight first, then
   // by iid, excluding `except`.
   std::vector<engines::EngineTarget> LiveProducers(const std::string& except) const;
@@ -216,13 +289,20 @@ class Fleet {
   // Back into placement after the caller's validation passed.
   absl::Status Readmit(const std::string& iid, const std::string& evidence);
   absl::Status ReleaseQuarantine(const std::string& iid);
-  int Find(const std::string& iid) const;
+  // Whether `iid` is in the fleet.
+  bool Contains(const std::string& iid) const;
+  // The role ("prefill" or "decode") for which `iid` is the last engine in
+  // placement now, or "" (operators are asked to confirm such a removal).
+  std::string LastInPlacement(const std::string& iid) const;
+  // One engine's view (nullopt: not in the fleet).
+  std::optional<EngineSnapshot> Snapshot(const std::string& iid) const;
 
   // True when every role has an engine in placement that passed a check
   // since start; else *why says which not.
   bool Ready(std::string* why) const;
   std::vector<EngineSnapshot> Snapshot() const;
-  const std::vector<EngineSettings>& engines() const { return settings_.engines; }
+  // The engines in the fleet, in order.
+  std::vector<EngineSettings> engines() const;
   // Refreshes every engine's gauges (time-based states such as a quarantine
   // expire without an event); called before metrics are scraped.
   void PublishAll();
@@ -235,7 +315,39 @@ class Fleet {
   // counted): for markers and tests.
   void PublishEvent(nlohmann::json event);
   // Each engine's event counts since start (admin GetBreakers).
-  std::map<std::string, EngineEventCounts> EventCounts() const { return counts_.Engines(); }
+  std::map<std::string, EngineEventCounts> EventCounts() const;
+
+  // --- settings (B20) ---
+  // The settings the owner follows (the latest applied generation).
+  std::shared_ptr<const Settings> settings() const;
+  // A reload's settings: recovery, links, placement and membership for what
+  // follows. Engines are reconciled separately (Reconcile).
+  void ApplySettings(std::shared_ptr<const Settings> settings);
+
+  // --- membership (fleet_membership.cc; B20-B25) ---
+  // The fleet as configured at start-up is the `file` source's, in placement
+  // at once (readiness waits for each engine's check); engines that join
+  // later pass their join checks first (unless options say otherwise).
+  void SetMembershipOptions(const MembershipOptions& options);
+  // A new engine joins: `joining` until its join checks pass (B22).
+  // ALREADY_EXISTS for an iid in the fleet.
+  absl::Status AddEngine(const EngineSettings& engine, const MemberSource& source);
+  // Engine `iid` leaves (B23). NOT_FOUND for an unknown iid;
+  // FAILED_PRECONDITION when it comes from another source than `by`.
+  absl::Status RemoveEngine(const std::string& iid, const MemberSource& by);
+  // Makes `source`'s members what `desired` says (B21): new iids join, iids
+  // gone leave, a changed url, role or kv_engine_id leaves and joins again;
+  // the rest keep every state. Iids of other sources in `desired` are
+  // skipped (and logged).
+  MembershipChange Reconcile(const MemberSource& source, const std::vector<EngineSettings>& desired);
+  // Join checks due now (running from now on), and leaving engines whose
+  // legs have ended (gone) or outlasted the drain timeout (cancelled).
+  std::vector<JoinTask> TakeDueJoinChecks();
+  void CompleteJoinCheck(const JoinTask& task, bool passed, const std::string& detail);
+  // Engines joining (by iid) and able to serve `phase` whose health passed
+  // (peers for each other's join probes when nothing else serves).
+  std::vector<engines::EngineTarget> JoiningPeers(Phase phase, const std::string& except) const;
+  void SweepLeaving();
 
   // --- the model's context length (fleet_model_len.cc) ---
   // max_model_len as engine `iid` reports it on /v1/models. The fleet keeps
@@ -246,57 +358,125 @@ class Fleet {
   long long max_model_len() const;
 
  private:
-  void ReleaseSlot(size_t index, Phase phase, bool reserved);
-  // Candidates for a leg of `phase` (mu_ held).
-  std::vector<Candidate> CandidatesLocked(Phase phase, const std::vector<std::string>& excluded,
-                                          const std::string& avoid, MonoTime now) const;
+  struct QueuedReport;
+  // Candidates for a leg of `phase` from `view`.
+  std::vector<Candidate> Candidates(const PlacementView& view, Phase phase,
+                                    const std::vector<std::string>& excluded,
+                                    const std::string& avoid, MonoTime now) const;
   void CountDecision(Phase phase, PlacementReason reason);
+  // A task posted to the owner's executor holds this, not the fleet: a
+  // fleet that is gone is seen as such.
+  struct ApplyGuard {
+    std::mutex mu;
+    Fleet* fleet = nullptr;
+  };
+  void Queue(QueuedReport* report);
+  // `*_incarnation`: the engines the evidence is about (0 = whichever has
+  // the iid now); evidence about an incarnation that left is dropped.
+  void DoRecordFailure(const engines::EngineFailure& failure, const std::string& producer,
+                       uint64_t producer_incarnation = 0, uint64_t consumer_incarnation = 0);
+  void DoRecordSuccess(const std::string& iid, Success kind, uint64_t incarnation = 0);
+  // Engine `iid` is a member and, when `incarnation` is not 0, that
+  // incarnation of it (mu_ held).
+  bool IsMemberLocked(const std::string& iid, uint64_t incarnation) const;
+  void DoRecomputeDecodeEnded(const std::string& producer, const std::string& consumer,
+                              bool suspected, bool failed, const std::string& evidence);
+  template <typename Action>
+  absl::Status Operate(const std::string& iid, Action action);
+  void Apply(const QueuedReport& report);
+  void ApplyAttempt(const AttemptReport& report);
   // An ejected or readmitted engine's cache is gone: so is its index.
   void ForgetCaches(const std::vector<BreakerEvent>& events);
   void PublishLocked(size_t index);  // refresh the engine's gauges
+  // The same, with what every engine's gauges read computed once: the time
+  // and whether a whole-wave hold is on. Sets only the gauges that change.
+  void PublishLocked(size_t index, MonoTime now, bool wave_hold);
   void PublishAllLocked();
+  // Builds the view from the books and publishes it when placement moved.
+  void PublishViewLocked();
   // Metrics, journal and event bus for breaker events (called without mu_).
   void Emit(const std::vector<BreakerEvent>& events);
   EngineSnapshot SnapshotLocked(size_t i, MonoTime now) const;
+  void CountAttemptFailure(const engines::EngineFailure& failure);
   // Link evidence from a failed crossed decode; link gauges and events.
-  void RecordLinkFailure(const engines::EngineFailure& failure, const std::string& producer);
-  void InitLinkGauges();
-  void InitRecompute();
-  // Counts `n` suspected recomputes on engine `index` (mu_ not held).
-  void CountRecompute(size_t index, long long n);
+  void RecordLinkFailure(const engines::EngineFailure& failure, const std::string& producer,
+                         uint64_t producer_incarnation, uint64_t consumer_incarnation);
+  // link_held{producer,consumer}: a series while the link is held only.
+  void SetLinkGaugeLocked(const std::string& producer, const std::string& consumer, bool held);
   void EmitLinks(const std::vector<LinkEvent>& events);
 
-  // Cached series per engine; null without metrics.
-  struct EngineGauges {
-    std::array<prometheus::Gauge*, 2> inflight{};
-    std::array<prometheus::Gauge*, engines::kBreakerClassCount> streak{};
-    prometheus::Gauge* quarantined = nullptr;
-    prometheus::Gauge* in_placement = nullptr;
-    prometheus::Gauge* held_timed = nullptr;
-    prometheus::Gauge* held_inference = nullptr;
+  // One member of the fleet, as book_'s entry of the same index.
+  struct Member {
+    EngineRef engine;
+    MemberSource source;
+    EngineSeries series;
+    MonoTime next_scrape{};  // silent-recompute scrape of a consumer
+    bool scrape_running = false;
+    // Joining (B22): no client leg until its join checks pass.
+    bool joining = false;
+    MonoTime next_join_check{};
+    int join_failures = 0;
+    bool join_running = false;
+    std::string join_failure;  // the last one's cause
   };
+  // An engine that left the fleet and still has legs in flight (B23).
+  struct Leaving {
+    EngineRef engine;
+    MemberSource source;
+    EngineSeries series;
+    MonoTime since;
+    MonoTime deadline;
+    bool cancelled = false;
+  };
+  // The breaker state of an engine that left, kept for its return (B21).
+  struct Remembered {
+    std::string url;
+    EngineBreaker breaker;
+    MonoTime until;
+  };
+  EngineSnapshot LeavingSnapshotLocked(const Leaving& l, MonoTime now) const;
+  // Adds a member (mu_ held); `joining` engines wait for their join checks.
+  size_t AddMemberLocked(const EngineSettings& engine, const MemberSource& source, bool joining,
+                         std::vector<FleetEvent>* events);
+  // Takes member `i` out into leaving_ (mu_ held).
+  void RemoveMemberLocked(size_t i, const std::string& why, std::vector<BreakerEvent>* breaker,
+                          std::vector<FleetEvent>* events);
+  // Series of `iid` go once no member or leaving engine has that iid.
+  void RemoveSeriesIfUnusedLocked(const EngineSettings& engine);
+  void PublishMembershipLocked();  // narwhal_fleet_engines{role,state}
+  void CountMembershipChange(const MemberSource& source, const char* change);
+  // The book's settings in order (links, Reconcile).
+  std::vector<EngineSettings> MemberSettingsLocked() const;
 
-  const Settings& settings_;
+  std::shared_ptr<const Settings> settings_;  // mu_
   const Clock& clock_;
   Metrics* metrics_;
   Journal* journal_;
   EventBus* events_;
   FleetEventCounts counts_;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // the owner's; never taken by a request
   BreakerBook book_;
   LinkBook links_;
-  std::vector<prometheus::Gauge*> link_gauges_;  // per link; empty without metrics
-  std::vector<EngineGauges> gauges_;
-  std::vector<std::array<int, 2>> inflight_;  // [engine][phase]
-  std::vector<int> reserved_;                 // [engine] decode legs placed before their prefill
-  std::vector<PrefixIndex> indexes_;          // [engine] cache_aware prefill placement
-  std::array<size_t, 2> rotation_{};  // per phase, so each spreads on its own
+  std::vector<Member> members_;  // as book_
+  std::vector<Leaving> leaving_;
+  std::map<std::string, Remembered> remembered_;  // by iid
+  MembershipOptions membership_;
+  uint64_t next_incarnation_ = 0;
   // Silent-recompute detection.
   RecomputeLedger recompute_;
-  std::vector<prometheus::Counter*> recompute_counters_;  // [engine]; null: not a consumer
-  std::vector<MonoTime> next_scrape_;                      // [engine]
-  std::vector<bool> scrape_running_;                       // [engine]
   std::atomic<long long> max_model_len_{0};
+  std::atomic<long long> pinned_max_model_len_{0};  // engine_contract.max_model_len
+
+  // The published view.
+  engines::SnapshotSlot<PlacementView> view_{std::make_shared<PlacementView>()};
+  std::array<std::atomic<size_t>, 2> rotation_{};  // per phase, so each spreads on its own
+
+  // Reports queued by requests, applied by the owner in order.
+  boost::lockfree::queue<QueuedReport*> reports_{128};
+  std::mutex apply_mu_;  // one applier at a time, in queue order
+  std::atomic<bool> apply_posted_{false};
+  std::optional<engines::Executor> owner_executor_;
+  std::shared_ptr<ApplyGuard> apply_guard_;
 };
 
 }  // namespace narwhal::router

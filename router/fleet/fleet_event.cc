@@ -28,6 +28,12 @@ std::string_view FleetEventKindName(FleetEventKind kind) {
       return "link_readmitted";
     case FleetEventKind::kPreflight:
       return "preflight";
+    case FleetEventKind::kEngineJoined:
+      return "engine_joined";
+    case FleetEventKind::kEngineJoinFailed:
+      return "engine_join_failed";
+    case FleetEventKind::kEngineLeft:
+      return "engine_left";
   }
   return "engine_probe";
 }
@@ -129,6 +135,8 @@ nlohmann::json FleetEventJson(const FleetEvent& e, double at) {
   if (e.outcome) put("outcome", ProbeOutcomeName(*e.outcome));
   if (e.link_outcome) put("outcome", LinkProbeOutcomeName(*e.link_outcome));
   if (!link) put("producer", e.producer);
+  put("source", e.source);
+  put("url", e.url);
   // A refused readmission always says what its validation found.
   if (e.kind == FleetEventKind::kEngineReadmitRefused) {
     j["detail"] = e.detail;
@@ -147,7 +155,8 @@ LogLevel FleetEventLogLevel(const FleetEvent& e) {
     return LogLevel::kDebug;
   }
   if (e.kind == FleetEventKind::kEngineEjected || e.kind == FleetEventKind::kEngineHoldStarted ||
-      e.kind == FleetEventKind::kEngineReadmitRefused || failed) {
+      e.kind == FleetEventKind::kEngineReadmitRefused ||
+      e.kind == FleetEventKind::kEngineJoinFailed || failed) {
     return LogLevel::kWarning;
   }
   return LogLevel::kInfo;

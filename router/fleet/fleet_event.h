@@ -45,6 +45,10 @@ struct FleetEvent {
   std::string consumer;  // link events
   std::string detail;
   std::optional<PreflightSummary> preflight;  // kPreflight
+  // Membership events: where the engine comes from ("file", "dns:<group>",
+  // "admin") and its url.
+  std::string source;
+  std::string url;
 };
 
 FleetEvent FromBreakerEvent(const BreakerEvent& e);

@@ -22,6 +22,9 @@ enum class FleetEventKind {
   kLinkProbe,             // link_probe
   kLinkReadmitted,        // link_readmitted
   kPreflight,             // preflight
+  kEngineJoined,          // engine_joined
+  kEngineJoinFailed,      // engine_join_failed
+  kEngineLeft,            // engine_left
 };
 inline constexpr FleetEventKind kAllFleetEventKinds[] = {
     FleetEventKind::kEngineHoldStarted,
@@ -36,6 +39,9 @@ inline constexpr FleetEventKind kAllFleetEventKinds[] = {
     FleetEventKind::kLinkProbe,
     FleetEventKind::kLinkReadmitted,
     FleetEventKind::kPreflight,
+    FleetEventKind::kEngineJoined,
+    FleetEventKind::kEngineJoinFailed,
+    FleetEventKind::kEngineLeft,
 };
 // The kind's wire name (the event's `event` field, Event.kind).
 std::string_view FleetEventKindName(FleetEventKind kind);

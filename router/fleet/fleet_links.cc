@@ -5,19 +5,21 @@
 
 namespace narwhal::router {
 
-void Fleet::InitLinkGauges() {
+void Fleet::SetLinkGaugeLocked(const std::string& producer, const std::string& consumer,
+                               bool held) {
   if (metrics_ == nullptr) return;
-  link_gauges_.reserve(links_.size());
-  for (size_t k = 0; k < links_.size(); ++k) {
-    const Link& l = links_.link(k);
-    prometheus::Gauge& g =
-        metrics_->link_held.Add({{"producer", l.producer_iid}, {"consumer", l.consumer_iid}});
-    g.Set(l.state == LinkState::kHeld ? 1 : 0);
-    link_gauges_.push_back(&g);
+  // A series only while the link is held: a fleet of N engines has up to
+  // N^2 links, and a scrape must stay small.
+  prometheus::Gauge& g = metrics_->link_held.Add({{"producer", producer}, {"consumer", consumer}});
+  if (held) {
+    g.Set(1);
+  } else {
+    metrics_->link_held.Remove(&g);
   }
 }
 
-void Fleet::RecordLinkFailure(const engines::EngineFailure& failure, const std::string& producer) {
+void Fleet::RecordLinkFailure(const engines::EngineFailure& failure, const std::string& producer,
+                              uint64_t producer_incarnation, uint64_t consumer_incarnation) {
   // A crossed decode leg: prefill on `producer`, decode on failure.iid.
   if (failure.phase != Phase::kDecode || producer.empty() || failure.iid.empty() ||
       producer == failure.iid) {
@@ -26,39 +28,51 @@ void Fleet::RecordLinkFailure(const engines::EngineFailure& failure, const std::
   std::vector<LinkEvent> events;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Not a link of the fleet's engines when either end has left since.
+    if ((producer_incarnation != 0 && !IsMemberLocked(producer, producer_incarnation)) ||
+        (consumer_incarnation != 0 && !IsMemberLocked(failure.iid, consumer_incarnation))) {
+      return;
+    }
     const std::string detail =
         std::string(engines::FailureReasonName(failure.reason)) + ": " + failure.detail;
     events = links_.RecordFailure(producer, failure.iid, detail, clock_.Now());
+    PublishViewLocked();
   }
   EmitLinks(events);
 }
 
 void Fleet::RecordLinkSuccess(const std::string& producer, const std::string& consumer) {
+  Sync();
   std::lock_guard<std::mutex> lock(mu_);
   links_.RecordSuccess(producer, consumer, clock_.Now());
 }
 
 std::vector<LinkProbeTask> Fleet::TakeDueLinkProbes() {
+  Sync();
   const MonoTime now = clock_.Now();
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<bool> serving(book_.size());
-  for (size_t i = 0; i < book_.size(); ++i) {
-    serving[i] = book_.State(i, now) == PlacementState::kServing;
-  }
-  return links_.TakeDueProbes(now, serving);
+  return links_.TakeDueProbes(now, [&](const std::string& iid) {
+    const int i = book_.Find(iid);
+    return i >= 0 && !members_[i].joining && book_.State(i, now) == PlacementState::kServing;
+  });
 }
 
 void Fleet::CompleteLinkProbe(const LinkProbeTask& task, LinkProbeOutcome outcome,
                               const std::string& detail) {
+  Sync();
   std::vector<LinkEvent> events;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    events = links_.CompleteProbe(task.link, outcome, detail, clock_.Now());
+    const int k = links_.Find(task.producer, task.consumer);
+    if (k < 0) return;  // an engine of it left the fleet meanwhile
+    events = links_.CompleteProbe(static_cast<size_t>(k), outcome, detail, clock_.Now());
+    PublishViewLocked();
   }
   EmitLinks(events);
 }
 
 std::vector<LinkSnapshot> Fleet::Links() const {
+  const_cast<Fleet*>(this)->Sync();
   const MonoTime now = clock_.Now();
   const double wall = clock_.WallNow();
   std::lock_guard<std::mutex> lock(mu_);
@@ -95,10 +109,7 @@ void Fleet::EmitLinks(const std::vector<LinkEvent>& events) {
       const bool held = e.kind == FleetEventKind::kLinkHeld;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        const int k = links_.Find(e.producer, e.consumer);
-        if (k >= 0 && static_cast<size_t>(k) < link_gauges_.size()) {
-          link_gauges_[k]->Set(links_.link(k).state == LinkState::kHeld ? 1 : 0);
-        }
+        SetLinkGaugeLocked(e.producer, e.consumer, held);
       }
       LogInfo("link " + link + (held ? " held out of decode placement: " : " readmitted: ") +
               e.cause + (e.detail.empty() ? "" : " (" + e.detail + ")"));

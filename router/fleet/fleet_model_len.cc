@@ -10,10 +10,7 @@ namespace narwhal::router {
 long long Fleet::max_model_len() const {
   const long long reported = max_model_len_.load(std::memory_order_relaxed);
   if (reported > 0) return reported;
-  if (settings_.engine_contract && settings_.engine_contract->max_model_len) {
-    return *settings_.engine_contract->max_model_len;
-  }
-  return 0;
+  return pinned_max_model_len_.load(std::memory_order_relaxed);
 }
 
 void Fleet::RecordMaxModelLen(const std::string& iid, long long max_model_len) {
@@ -23,7 +20,7 @@ void Fleet::RecordMaxModelLen(const std::string& iid, long long max_model_len) {
     if (max_model_len_.compare_exchange_weak(current, max_model_len, std::memory_order_relaxed)) {
       if (current == 0) {
         Log(LogLevel::kInfo,
-            "fleet: " + settings_.model + " has a context length of " +
+            "fleet: " + settings()->model + " has a context length of " +
                 std::to_string(max_model_len) + " tokens (max_model_len from " + iid +
                 "'s /v1/models): requests asking for more are refused before any prefill",
             {{"iid", iid}, {"max_model_len", max_model_len}});

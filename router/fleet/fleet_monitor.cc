@@ -39,6 +39,10 @@ void FleetMonitor::Loop() {
     for (const RecomputeScrapeTask& task : fleet_.TakeDueRecomputeScrapes()) {
       probes_->Run([this, task] { prober_.ScrapeRecompute(task); });
     }
+    for (const JoinTask& task : fleet_.TakeDueJoinChecks()) {
+      probes_->Run([this, task] { prober_.RunJoin(task); });
+    }
+    fleet_.SweepLeaving();
     lock.lock();
     cv_.wait_for(lock, tick_, [&] { return stop_; });
   }

@@ -6,47 +6,35 @@
 
 namespace narwhal::router {
 
-void Fleet::InitRecompute() {
-  // Called from the constructor with mu_ held.
-  const size_t n = settings_.engines.size();
-  recompute_counters_.assign(n, nullptr);
-  next_scrape_.assign(n, clock_.Now());
-  scrape_running_.assign(n, false);
-  if (metrics_ == nullptr) return;
-  for (size_t i = 0; i < n; ++i) {
-    const EngineSettings& e = settings_.engines[i];
-    if (!CanDecode(e.role)) continue;
-    recompute_counters_[i] = &metrics_->kv_recompute_suspected_total.Add({{"iid", e.iid}});
-  }
-}
-
-void Fleet::CountRecompute(size_t index, long long n) {
-  if (n <= 0 || index >= recompute_counters_.size() || recompute_counters_[index] == nullptr) {
-    return;
-  }
-  recompute_counters_[index]->Increment(static_cast<double>(n));
-}
-
 void Fleet::RecomputeDecodeStarted(const std::string& producer, const std::string& consumer) {
   if (producer.empty() || consumer.empty() || producer == consumer) return;
+  Sync();
   std::lock_guard<std::mutex> lock(mu_);
   recompute_.DecodeStarted(consumer, producer);
 }
 
 void Fleet::RecomputeDecodeEnded(const std::string& producer, const std::string& consumer,
                                  bool suspected, bool failed, const std::string& evidence) {
+  Sync();
+  DoRecomputeDecodeEnded(producer, consumer, suspected, failed, evidence);
+}
+
+void Fleet::DoRecomputeDecodeEnded(const std::string& producer, const std::string& consumer,
+                                   bool suspected, bool failed, const std::string& evidence) {
   if (producer.empty() || consumer.empty() || producer == consumer) return;
-  const int index = Find(consumer);
+  prometheus::Counter* counter = nullptr;
   std::vector<LinkEvent> events;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (const int i = book_.Find(consumer); i >= 0) counter = members_[i].series.recompute_suspected;
     recompute_.DecodeEnded(consumer, producer, suspected || failed, clock_.Now());
     if (suspected) {
       events = links_.RecordFailure(producer, consumer, "kv_recompute: " + evidence, clock_.Now());
+      PublishViewLocked();
     }
   }
   if (!suspected) return;
-  if (index >= 0) CountRecompute(static_cast<size_t>(index), 1);
+  if (counter != nullptr) counter->Increment();
   LogWarning("consumer " + consumer + " recomputed the prompt of a handoff from " + producer +
              " instead of using the transferred KV cache (" + evidence + ")");
   EmitLinks(events);
@@ -55,34 +43,41 @@ void Fleet::RecomputeDecodeEnded(const std::string& producer, const std::string&
 void Fleet::RecomputeProbeEnded(const std::string& producer, const std::string& consumer,
                                 bool explained) {
   if (producer.empty() || consumer.empty() || producer == consumer) return;
+  Sync();
   std::lock_guard<std::mutex> lock(mu_);
   recompute_.DecodeEnded(consumer, producer, explained, clock_.Now());
 }
 
 std::vector<RecomputeScrapeTask> Fleet::TakeDueRecomputeScrapes() {
+  Sync();
   const MonoTime now = clock_.Now();
   std::vector<RecomputeScrapeTask> due;
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < settings_.engines.size(); ++i) {
-    if (!CanDecode(settings_.engines[i].role) || scrape_running_[i] || now < next_scrape_[i]) {
+  for (Member& m : members_) {
+    if (!CanDecode(m.engine->settings().role) || m.joining || m.scrape_running ||
+        now < m.next_scrape) {
       continue;
     }
-    scrape_running_[i] = true;
-    next_scrape_[i] = now + engines::FromSeconds(kRecomputeScrapeIntervalS);
-    due.push_back(RecomputeScrapeTask{i});
+    m.scrape_running = true;
+    m.next_scrape = now + engines::FromSeconds(kRecomputeScrapeIntervalS);
+    due.push_back(RecomputeScrapeTask{m.engine->iid()});
   }
   return due;
 }
 
 void Fleet::CompleteRecomputeScrape(const RecomputeScrapeTask& task,
                                     std::optional<double> failed_transfers) {
-  if (task.index >= settings_.engines.size()) return;
-  const std::string& consumer = settings_.engines[task.index].iid;
+  Sync();
+  const std::string& consumer = task.iid;
+  prometheus::Counter* counter = nullptr;
   RecomputeSettlement settled;
   std::vector<LinkEvent> events;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    scrape_running_[task.index] = false;
+    const int found = book_.Find(consumer);
+    if (found < 0) return;  // it left the fleet meanwhile
+    members_[found].scrape_running = false;
+    counter = members_[found].series.recompute_suspected;
     const MonoTime now = clock_.Now();
     settled = recompute_.Scrape(consumer, failed_transfers, now);
     for (const std::string& producer : settled.producers) {
@@ -95,9 +90,10 @@ void Fleet::CompleteRecomputeScrape(const RecomputeScrapeTask& task,
           now);
       events.insert(events.end(), e.begin(), e.end());
     }
+    if (!events.empty()) PublishViewLocked();
   }
   if (settled.count == 0) return;
-  CountRecompute(task.index, settled.count);
+  if (counter != nullptr) counter->Increment(static_cast<double>(settled.count));
   std::string producers;
   for (const std::string& p : settled.producers) {
     if (!producers.empty()) producers += ", ";

@@ -37,40 +37,84 @@ std::string_view LinkProbeOutcomeName(LinkProbeOutcome o) {
 }
 
 LinkBook::LinkBook(const std::vector<EngineSettings>& engines, const LinkSettings& settings,
-                   double readmit_interval_s, MonoTime start)
-    : settings_(settings),
-      readmit_interval_s_(readmit_interval_s),
-      index_(engines.size(), std::vector<int>(engines.size(), -1)) {
-  iids_.reserve(engines.size());
-  for (const EngineSettings& e : engines) iids_.push_back(e.iid);
-  for (size_t p = 0; p < engines.size(); ++p) {
-    if (!CanPrefill(engines[p].role)) continue;
-    for (size_t c = 0; c < engines.size(); ++c) {
-      if (c == p || !CanDecode(engines[c].role)) continue;
-      Link l;
-      l.producer = p;
-      l.consumer = c;
-      l.producer_iid = engines[p].iid;
-      l.consumer_iid = engines[c].iid;
-      l.since = start;
-      index_[p][c] = static_cast<int>(links_.size());
-      links_.push_back(std::move(l));
-    }
+                   double readmit_interval_s)
+    : settings_(settings), readmit_interval_s_(readmit_interval_s) {
+  SetEngines(engines);
+}
+
+void LinkBook::SetEngines(const std::vector<EngineSettings>& engines) {
+  roles_.clear();
+  for (const EngineSettings& e : engines) roles_[e.iid] = e.role;
+  auto permitted = [this](const Link& l) {
+    const auto p = roles_.find(l.producer_iid);
+    const auto c = roles_.find(l.consumer_iid);
+    return p != roles_.end() && c != roles_.end() && CanPrefill(p->second) &&
+           CanDecode(c->second);
+  };
+  links_.erase(std::remove_if(links_.begin(), links_.end(),
+                              [&](const Link& l) { return !permitted(l); }),
+               links_.end());
+  Reindex();
+}
+
+void LinkBook::SetSettings(const LinkSettings& settings, double readmit_interval_s) {
+  settings_ = settings;
+  readmit_interval_s_ = readmit_interval_s;
+}
+
+void LinkBook::Reindex() {
+  index_.clear();
+  by_producer_.clear();
+  by_consumer_.clear();
+  for (size_t k = 0; k < links_.size(); ++k) {
+    const Link& l = links_[k];
+    index_[Key(l.producer_iid, l.consumer_iid)] = static_cast<int>(k);
+    by_producer_[l.producer_iid].push_back(static_cast<int>(k));
+    by_consumer_[l.consumer_iid].push_back(static_cast<int>(k));
   }
 }
 
+std::string LinkBook::Key(const std::string& producer, const std::string& consumer) {
+  std::string key;
+  key.reserve(producer.size() + consumer.size() + 1);
+  key.append(producer).push_back('\0');
+  key.append(consumer);
+  return key;
+}
+
 int LinkBook::Find(const std::string& producer, const std::string& consumer) const {
-  const auto p = std::find(iids_.begin(), iids_.end(), producer);
-  const auto c = std::find(iids_.begin(), iids_.end(), consumer);
-  if (p == iids_.end() || c == iids_.end()) return -1;
-  return index_[p - iids_.begin()][c - iids_.begin()];
+  const auto it = index_.find(Key(producer, consumer));
+  return it == index_.end() ? -1 : it->second;
+}
+
+int LinkBook::FindOrCreate(const std::string& producer, const std::string& consumer,
+                           MonoTime now) {
+  if (const int k = Find(producer, consumer); k >= 0) return k;
+  if (producer == consumer) return -1;
+  const auto p = roles_.find(producer);
+  const auto c = roles_.find(consumer);
+  if (p == roles_.end() || c == roles_.end() || !CanPrefill(p->second) ||
+      !CanDecode(c->second)) {
+    return -1;
+  }
+  Link l;
+  l.producer_iid = producer;
+  l.consumer_iid = consumer;
+  l.since = now;
+  const int k = static_cast<int>(links_.size());
+  links_.push_back(std::move(l));
+  index_[Key(producer, consumer)] = k;
+  by_producer_[producer].push_back(k);
+  by_consumer_[consumer].push_back(k);
+  return k;
 }
 
 bool LinkBook::ProducerOkElsewhere(const Link& l, MonoTime after, std::string* peer) const {
-  for (const int k : index_[l.producer]) {
-    if (k < 0) continue;
+  const auto it = by_producer_.find(l.producer_iid);
+  if (it == by_producer_.end()) return false;
+  for (const int k : it->second) {
     const Link& o = links_[k];
-    if (o.consumer == l.consumer) continue;
+    if (o.consumer_iid == l.consumer_iid) continue;
     if (o.last_success && *o.last_success >= after) {
       *peer = o.consumer_iid;
       return true;
@@ -80,10 +124,11 @@ bool LinkBook::ProducerOkElsewhere(const Link& l, MonoTime after, std::string* p
 }
 
 bool LinkBook::ConsumerOkElsewhere(const Link& l, MonoTime after, std::string* peer) const {
-  for (size_t p = 0; p < index_.size(); ++p) {
-    const int k = index_[p][l.consumer];
-    if (k < 0 || p == l.producer) continue;
+  const auto it = by_consumer_.find(l.consumer_iid);
+  if (it == by_consumer_.end()) return false;
+  for (const int k : it->second) {
     const Link& o = links_[k];
+    if (o.producer_iid == l.producer_iid) continue;
     if (o.last_success && *o.last_success >= after) {
       *peer = o.producer_iid;
       return true;
@@ -96,7 +141,7 @@ std::vector<LinkEvent> LinkBook::RecordFailure(const std::string& producer,
                                                const std::string& consumer,
                                                const std::string& detail, MonoTime now) {
   std::vector<LinkEvent> events;
-  const int k = Find(producer, consumer);
+  const int k = FindOrCreate(producer, consumer, now);
   if (k < 0) return events;
   Link& l = links_[k];
   l.last_was_success = false;
@@ -131,7 +176,7 @@ std::vector<LinkEvent> LinkBook::RecordFailure(const std::string& producer,
 
 void LinkBook::RecordSuccess(const std::string& producer, const std::string& consumer,
                              MonoTime now) {
-  const int k = Find(producer, consumer);
+  const int k = FindOrCreate(producer, consumer, now);
   if (k < 0) return;
   Link& l = links_[k];
   ++l.successes;
@@ -162,19 +207,17 @@ bool LinkBook::Held(const std::string& producer, const std::string& consumer) co
   return k >= 0 && links_[k].state == LinkState::kHeld;
 }
 
-std::vector<LinkProbeTask> LinkBook::TakeDueProbes(MonoTime now, const std::vector<bool>& serving) {
+std::vector<LinkProbeTask> LinkBook::TakeDueProbes(
+    MonoTime now, const std::function<bool(const std::string&)>& serving) {
   std::vector<LinkProbeTask> tasks;
   for (size_t k = 0; k < links_.size(); ++k) {
     Link& l = links_[k];
     if (l.state != LinkState::kHeld || l.probe_running || now < l.next_probe_at) continue;
     // A probe over a link whose engine is out of placement would judge the
     // engine, not the link: it waits until both serve.
-    if (l.producer >= serving.size() || l.consumer >= serving.size() || !serving[l.producer] ||
-        !serving[l.consumer]) {
-      continue;
-    }
+    if (!serving(l.producer_iid) || !serving(l.consumer_iid)) continue;
     l.probe_running = true;
-    tasks.push_back(LinkProbeTask{k, l.producer, l.consumer});
+    tasks.push_back(LinkProbeTask{k, l.producer_iid, l.consumer_iid});
   }
   return tasks;
 }

@@ -1,11 +1,13 @@
 // LinkBook: per-link health of the producer→consumer links, as pure logic.
 //
 // A link is an ordered pair (producer P, consumer C), P != C, that the
-// fleet's roles permit (P can prefill, C can decode); the book holds every
-// such pair of the configured fleet and nothing else, so its memory is
-// bounded by producers × consumers. Like BreakerBook it owns no timers,
-// threads or locks: every call takes `now`, and every state change is
-// returned as a LinkEvent for the caller to publish.
+// fleet's roles permit (P can prefill, C can decode). The book keeps a link
+// only once there is evidence about it (a crossed decode over it), so its
+// memory follows the pairs traffic used, at most producers × consumers;
+// links of engines that left the fleet go with them (SetEngines). Like
+// BreakerBook it owns no timers, threads or locks: every call takes `now`,
+// and every state change is returned as a LinkEvent for the caller to
+// publish.
 //
 // Evidence: each crossed decode (prefill on P, decode on C) that ends with
 // breaker evidence is a link failure; each one that reaches [DONE], and each
@@ -31,7 +33,10 @@
 #ifndef NARWHAL_ROUTER_FLEET_LINK_BOOK_H_
 #define NARWHAL_ROUTER_FLEET_LINK_BOOK_H_
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,12 +56,10 @@ enum class LinkProbeOutcome { kPassed, kFailed, kInconclusive };
 std::string_view LinkProbeOutcomeName(LinkProbeOutcome o);
 
 struct Link {
-  size_t producer = 0;  // engine indices in the fleet
-  size_t consumer = 0;
   std::string producer_iid;
   std::string consumer_iid;
   LinkState state = LinkState::kServing;
-  MonoTime since{};   // when the current state began (the book's start for a link never held)
+  MonoTime since{};   // when the current state began (its first evidence for a link never held)
   std::string cause;  // why it is held, or how it was last readmitted
   // Evidence.
   int streak = 0;  // consecutive failures over the link
@@ -90,9 +93,9 @@ struct LinkEvent {
 
 // A link probe the monitor should run now.
 struct LinkProbeTask {
-  size_t link = 0;
-  size_t producer = 0;  // engine indices
-  size_t consumer = 0;
+  size_t link = 0;  // in the book when it was taken
+  std::string producer;
+  std::string consumer;
 };
 
 class LinkBook {
@@ -100,12 +103,18 @@ class LinkBook {
   static constexpr int kMaxProbeBackoff = 10;  // intervals
 
   LinkBook(const std::vector<EngineSettings>& engines, const LinkSettings& settings,
-           double readmit_interval_s, MonoTime start);
+           double readmit_interval_s);
+
+  // The fleet's engines now: links of engines that left (or whose role no
+  // longer permits the pair) are dropped.
+  void SetEngines(const std::vector<EngineSettings>& engines);
+  // A reload's settings, for the evidence that follows.
+  void SetSettings(const LinkSettings& settings, double readmit_interval_s);
 
   size_t size() const { return links_.size(); }
   const Link& link(size_t k) const { return links_[k]; }
-  // Index of the link producer→consumer, or -1 (unknown engine, same
-  // engine, or a pair the roles do not permit).
+  // Index of the link producer→consumer, or -1 (no evidence about it yet,
+  // unknown engine, same engine, or a pair the roles do not permit).
   int Find(const std::string& producer, const std::string& consumer) const;
 
   // A crossed decode over producer→consumer failed with breaker evidence.
@@ -124,24 +133,30 @@ class LinkBook {
 
   bool Held(const std::string& producer, const std::string& consumer) const;
 
-  // Probes due at `now` of held links whose two engines serve
-  // (`serving[i]`: engine i is in placement), marked running.
-  std::vector<LinkProbeTask> TakeDueProbes(MonoTime now, const std::vector<bool>& serving);
+  // Probes due at `now` of held links whose two engines serve (`serving`
+  // says whether an engine is in placement), marked running.
+  std::vector<LinkProbeTask> TakeDueProbes(MonoTime now,
+                                           const std::function<bool(const std::string&)>& serving);
   std::vector<LinkEvent> CompleteProbe(size_t k, LinkProbeOutcome outcome,
                                        const std::string& detail, MonoTime now);
 
  private:
+  static std::string Key(const std::string& producer, const std::string& consumer);
+  // The link, made on its first evidence; -1 when the pair is not a link.
+  int FindOrCreate(const std::string& producer, const std::string& consumer, MonoTime now);
   // Whether P (C) completed a crossed decode with another consumer
   // (producer) at or after `after`; names that peer in *peer.
   bool ProducerOkElsewhere(const Link& l, MonoTime after, std::string* peer) const;
   bool ConsumerOkElsewhere(const Link& l, MonoTime after, std::string* peer) const;
+  void Reindex();
 
   LinkSettings settings_;
   double readmit_interval_s_;
-  std::vector<std::string> iids_;  // engine index -> iid
+  absl::flat_hash_map<std::string, Role> roles_;  // iid -> role
   std::vector<Link> links_;
-  // [producer engine index][consumer engine index] -> link index or -1.
-  std::vector<std::vector<int>> index_;
+  absl::flat_hash_map<std::string, int> index_;  // Key(p, c) -> link index
+  absl::flat_hash_map<std::string, std::vector<int>> by_producer_;
+  absl::flat_hash_map<std::string, std::vector<int>> by_consumer_;
 };
 
 }  // namespace narwhal::router

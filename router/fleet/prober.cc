@@ -38,35 +38,51 @@ engines::LegOptions Prober::ProbeLeg(const std::string& suffix) {
   // silent leg with its precise detail; the deadline is only a backstop for
   // the rest of a one-token leg.
   const MonoTime now = clock_.Now();
-  o.leg_deadline = now + engines::FromSeconds(settings_.engine.first_token_timeout_s);
+  o.leg_deadline = now + engines::FromSeconds(fleet_.settings()->engine.first_token_timeout_s);
   o.request_deadline = *o.leg_deadline + std::chrono::milliseconds(250);
   return o;
 }
 
 ProbeResult Prober::Health(const engines::EngineTarget& target, bool lifecycle) {
   ProbeResult r;
-  const std::string why = lifecycle ? CheckLifecycle(client_, target, settings_)
-                                    : CheckReach(client_, target, settings_);
+  // A health check is /health and the served model on /v1/models: vLLM
+  // answers /health without the API key and whatever model it serves, so
+  // /health alone passes an engine that refuses every inference leg.
+  std::string why;
+  if (lifecycle) {
+    why = CheckLifecycle(client_, target, *fleet_.settings());
+  } else {
+    why = CheckReach(client_, target, *fleet_.settings());
+    if (why.empty()) why = CheckModel(client_, target, *fleet_.settings());
+  }
   r.outcome = why.empty() ? ProbeOutcome::kPassed : ProbeOutcome::kFailed;
-  r.detail = why.empty() ? (lifecycle ? "lifecycle validation passed" : "GET /health 200") : why;
+  r.detail = why.empty() ? (lifecycle ? "lifecycle validation passed"
+                                      : "GET /health 200, /v1/models serves " + fleet_.settings()->model)
+                         : why;
   return r;
 }
 
 ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
-  const engines::EngineTarget target = fleet_.Target(task.index);
+  ProbeResult r;
+  const std::optional<engines::EngineTarget> found = fleet_.Target(task.iid);
+  if (!found) {
+    r.detail = "engine left the fleet";
+    return r;
+  }
+  const engines::EngineTarget target = *found;
   const engines::Api api = engines::Api::kCompletions;
-  const nlohmann::json body = {{"model", settings_.model},
+  const nlohmann::json body = {{"model", fleet_.settings()->model},
                                {"prompt", "narwhal-" + std::to_string(++counter_) +
                                               " breaker verification"},
                                {"max_tokens", 1}};
-  const Role role = settings_.engines[task.index].role;
-  ProbeResult r;
+  const std::optional<EngineSnapshot> snapshot = fleet_.Snapshot(task.iid);
+  const Role role = snapshot ? snapshot->settings.role : Role::kBoth;
   DiscardObserver observer;
 
-  if (fleet_.ProbeSide(task.index) == Phase::kDecode && CanDecode(role)) {
+  if (fleet_.ProbeSide(task.iid) == Phase::kDecode && CanDecode(role)) {
     // Producers: the recorded one, other live ones, then standalone.
     std::vector<engines::EngineTarget> producers;
-    const std::string recorded = fleet_.RecordedProducer(task.index);
+    const std::string recorded = fleet_.RecordedProducer(task.iid);
     std::vector<engines::EngineTarget> live = fleet_.LiveProducers(target.iid);
     auto it = std::find_if(live.begin(), live.end(),
                            [&](const engines::EngineTarget& t) { return t.iid == recorded; });
@@ -132,7 +148,7 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
     }
   }
   if (r.outcome == ProbeOutcome::kPassed && lifecycle) {
-    if (std::string why = CheckLifecycle(client_, target, settings_); !why.empty()) {
+    if (std::string why = CheckLifecycle(client_, target, *fleet_.settings()); !why.empty()) {
       r.outcome = ProbeOutcome::kFailed;
       r.detail = "lifecycle validation: " + why;
     }
@@ -142,12 +158,12 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
 
 long long Prober::MaxModelLen(const engines::EngineTarget& target) {
   const engines::ControlResponse r =
-      client_.Control(target, "GET", "/v1/models", "", settings_.engine.health_timeout_s);
+      client_.Control(target, "GET", "/v1/models", "", fleet_.settings()->engine.health_timeout_s);
   if (!r.ok()) return 0;
   const nlohmann::json list = engines::ParseJson(r.body);
   if (!list.is_object() || !list.contains("data") || !list["data"].is_array()) return 0;
   for (const nlohmann::json& card : list["data"]) {
-    if (!card.is_object() || card.value("id", nlohmann::json()) != settings_.model) continue;
+    if (!card.is_object() || card.value("id", nlohmann::json()) != fleet_.settings()->model) continue;
     auto it = card.find("max_model_len");
     if (it != card.end() && it->is_number_integer()) return it->get<long long>();
   }
@@ -155,14 +171,20 @@ long long Prober::MaxModelLen(const engines::EngineTarget& target) {
 }
 
 ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {
-  const engines::EngineTarget producer = fleet_.Target(task.producer);
-  const engines::EngineTarget consumer = fleet_.Target(task.consumer);
+  ProbeResult r;
+  const std::optional<engines::EngineTarget> found_producer = fleet_.Target(task.producer);
+  const std::optional<engines::EngineTarget> found_consumer = fleet_.Target(task.consumer);
+  if (!found_producer || !found_consumer) {
+    r.detail = "an engine of the link left the fleet";
+    return r;
+  }
+  const engines::EngineTarget producer = *found_producer;
+  const engines::EngineTarget consumer = *found_consumer;
   const engines::Api api = engines::Api::kCompletions;
-  const nlohmann::json body = {{"model", settings_.model},
+  const nlohmann::json body = {{"model", fleet_.settings()->model},
                                {"prompt", "narwhal-" + std::to_string(++counter_) +
                                               " link verification"},
                                {"max_tokens", 1}};
-  ProbeResult r;
   r.producer = producer.iid;
   engines::PrefillOutcome pre = client_.Prefill(producer, api, body, ProbeLeg("p"));
   if (!pre.ok()) {
@@ -206,21 +228,99 @@ void Prober::RunLink(const LinkProbeTask& task) {
 }
 
 void Prober::ScrapeRecompute(const RecomputeScrapeTask& task) {
-  const engines::EngineTarget target = fleet_.Target(task.index);
+  const std::optional<engines::EngineTarget> target = fleet_.Target(task.iid);
+  if (!target) return;
   const engines::ControlResponse res =
-      client_.Control(target, "GET", "/metrics", "", settings_.engine.health_timeout_s);
+      client_.Control(*target, "GET", "/metrics", "", fleet_.settings()->engine.health_timeout_s);
   std::optional<double> value;
   if (res.ok()) value = FailedTransfers(res.body);
   fleet_.CompleteRecomputeScrape(task, value);
 }
 
+ProbeResult Prober::JoinCheck(const JoinTask& task) {
+  const engines::EngineTarget& target = task.target;
+  ProbeResult r = Health(target, fleet_.settings()->engine_contract.has_value());
+  if (r.outcome != ProbeOutcome::kPassed) {
+    r.outcome = ProbeOutcome::kFailed;
+    return r;
+  }
+  // Peers: live engines first, then other joiners.
+  const bool decodes = CanDecode(task.role);
+  const Phase peer_phase = decodes ? Phase::kPrefill : Phase::kDecode;
+  std::vector<engines::EngineTarget> peers;
+  if (decodes) {
+    peers = fleet_.LiveProducers(target.iid);
+  } else if (std::optional<engines::EngineTarget> c = fleet_.LiveConsumer(target.iid)) {
+    peers.push_back(*c);
+  }
+  for (const engines::EngineTarget& p : fleet_.JoiningPeers(peer_phase, target.iid)) {
+    peers.push_back(p);
+  }
+  if (task.role == Role::kBoth) peers.push_back(target);  // pairs with itself
+  if (peers.empty()) {
+    r.outcome = ProbeOutcome::kFailed;
+    r.detail = std::string("no ") + (decodes ? "producer" : "consumer") +
+               " in the fleet to run its one-token inference probe with";
+    return r;
+  }
+  const nlohmann::json body = {{"model", fleet_.settings()->model},
+                               {"prompt", "narwhal-" + std::to_string(++counter_) +
+                                              " join verification"},
+                               {"max_tokens", 1}};
+  DiscardObserver observer;
+  std::string tried;
+  for (const engines::EngineTarget& peer : peers) {
+    const engines::EngineTarget& producer = decodes ? peer : target;
+    const engines::EngineTarget& consumer = decodes ? target : peer;
+    engines::PrefillOutcome pre =
+        client_.Prefill(producer, engines::Api::kCompletions, body, ProbeLeg("p"));
+    if (!pre.ok()) {
+      if (producer.iid == target.iid) {
+        r.outcome = ProbeOutcome::kFailed;
+        r.detail = "prefill: " + pre.failure->detail;
+        return r;
+      }
+      tried += (tried.empty() ? "" : "; ") + producer.iid + " failed: " + pre.failure->detail;
+      continue;  // the peer's fault: the next one
+    }
+    engines::DecodeOutcome dec = client_.Decode(consumer, *pre.result, body, false,
+                                                ProbeLeg("d"), observer);
+    if (dec.ok()) {
+      r.outcome = ProbeOutcome::kPassed;
+      r.producer = producer.iid;
+      r.detail = "GET /health 200, /v1/models serves " + fleet_.settings()->model + ", " + consumer.iid +
+                 " decoded a handoff from " + producer.iid;
+      if (const long long n = MaxModelLen(target); n > 0) fleet_.RecordMaxModelLen(target.iid, n);
+      return r;
+    }
+    const bool joiner_at_fault = consumer.iid == target.iid ||
+                                 dec.failure->evidence_iid == target.iid;
+    if (joiner_at_fault) {
+      r.outcome = ProbeOutcome::kFailed;
+      r.detail = "decode: " + dec.failure->detail;
+      return r;
+    }
+    tried += (tried.empty() ? "" : "; ") + consumer.iid + " failed: " + dec.failure->detail;
+  }
+  r.outcome = ProbeOutcome::kFailed;
+  r.detail = "no peer completed its inference probe (" + tried + ")";
+  return r;
+}
+
+void Prober::RunJoin(const JoinTask& task) {
+  const ProbeResult r = JoinCheck(task);
+  fleet_.CompleteJoinCheck(task, r.outcome == ProbeOutcome::kPassed, r.detail);
+}
+
 void Prober::Run(const ProbeTask& task) {
-  const engines::EngineTarget target = fleet_.Target(task.index);
-  const EngineSnapshot snapshot = fleet_.Snapshot()[task.index];
+  const std::optional<EngineSnapshot> snapshot = fleet_.Snapshot(task.iid);
+  if (!snapshot) return;  // it left the fleet
+  const engines::EngineTarget target{snapshot->settings.iid, snapshot->settings.url,
+                                     snapshot->settings.kv_engine_id};
   // Readmission (of a held or ejected engine) re-checks the pinned contract.
   const bool readmission =
-      snapshot.state == PlacementState::kEjected || snapshot.state == PlacementState::kHeld;
-  const bool lifecycle = readmission && settings_.engine_contract.has_value();
+      snapshot->state == PlacementState::kEjected || snapshot->state == PlacementState::kHeld;
+  const bool lifecycle = readmission && fleet_.settings()->engine_contract.has_value();
   ProbeResult r;
   switch (task.kind) {
     case ProbeKind::kHealth:

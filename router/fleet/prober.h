@@ -41,8 +41,9 @@ struct ProbeResult {
 
 class Prober {
  public:
-  Prober(const Settings& settings, engines::EngineClient& client, Fleet& fleet, const Clock& clock)
-      : settings_(settings), client_(client), fleet_(fleet), clock_(clock) {}
+  // The settings are the fleet's (Fleet::settings(): a reload changes them).
+  Prober(engines::EngineClient& client, Fleet& fleet, const Clock& clock)
+      : client_(client), fleet_(fleet), clock_(clock) {}
 
   // Runs `task` and reports the result to the fleet.
   void Run(const ProbeTask& task);
@@ -54,6 +55,16 @@ class Prober {
   // (router/fleet/kv_recompute.h), reported to the fleet.
   void ScrapeRecompute(const RecomputeScrapeTask& task);
 
+  // Runs the join checks of a joining engine (B22) and reports the result
+  // to the fleet: GET /health and the served model (the pinned engine
+  // contract when configured), then a one-token inference through the real
+  // data path — a prefill on a producer whose handoff a consumer decodes,
+  // one of them the joiner: live engines first, then other joiners, then
+  // the joiner alone when its role is both. The fleet's max_model_len
+  // learns the joiner's.
+  void RunJoin(const JoinTask& task);
+  ProbeResult JoinCheck(const JoinTask& task);
+
   // The checks themselves (exposed for tests and operator readmission).
   ProbeResult ProbeLink(const LinkProbeTask& task);
   ProbeResult Health(const engines::EngineTarget& target, bool lifecycle);
@@ -62,10 +73,12 @@ class Prober {
   // engine.health_timeout_s), or 0 when the engine does not say.
   long long MaxModelLen(const engines::EngineTarget& target);
 
+  // The clock the probes read (the fleet's).
+  const Clock& clock() const { return clock_; }
+
  private:
   engines::LegOptions ProbeLeg(const std::string& suffix);
 
-  const Settings& settings_;
   engines::EngineClient& client_;
   Fleet& fleet_;
   const Clock& clock_;

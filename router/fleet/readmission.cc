@@ -18,18 +18,19 @@ ReadmitPlan PlanReadmission(const EngineSnapshot& engine, bool contract_pinned) 
 absl::StatusOr<ReadmitResult> ValidateAndReadmit(Fleet& fleet, Prober& prober,
                                                  const std::string& iid, bool contract_pinned) {
   if (iid.empty()) return absl::InvalidArgumentError("iid is required");
-  const int index = fleet.Find(iid);
-  if (index < 0) return absl::NotFoundError("no engine " + iid);
-  const EngineSnapshot before = fleet.Snapshot()[index];
+  const std::optional<EngineSnapshot> found = fleet.Snapshot(iid);
+  if (!found) return absl::NotFoundError("no engine " + iid);
+  const EngineSnapshot& before = *found;
   ReadmitResult result;
   if (before.state == PlacementState::kServing) return result;
   result.plan = PlanReadmission(before, contract_pinned);
   const ProbeKind validation = result.plan.validation;
   result.probe =
       validation == ProbeKind::kInference
-          ? prober.Inference(ProbeTask{static_cast<size_t>(index), ProbeKind::kInference},
-                             contract_pinned)
-          : prober.Health(fleet.Target(index), contract_pinned);
+          ? prober.Inference(ProbeTask{0, ProbeKind::kInference, iid}, contract_pinned)
+          : prober.Health(engines::EngineTarget{iid, before.settings.url,
+                                                before.settings.kv_engine_id},
+                          contract_pinned);
   const ProbeResult& r = result.probe;
   if (r.outcome != ProbeOutcome::kPassed) {
     FleetEvent refused;

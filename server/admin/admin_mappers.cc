@@ -61,6 +61,8 @@ void FillEvent(const nlohmann::json& event, pb::Event* out) {
   out->set_outcome(JsonString(event, "outcome"));
   out->set_producer(JsonString(event, "producer"));
   out->set_detail(JsonString(event, "detail"));
+  out->set_source(JsonString(event, "source"));
+  out->set_url(JsonString(event, "url"));
   JsonToStruct(event, out->mutable_fields());
 }
 
@@ -84,6 +86,7 @@ void FillEngine(const EngineSnapshot& s, pb::Engine* out) {
   out->set_prefix_index_chunks(static_cast<int32_t>(s.prefix_index_chunks));
   out->set_reserved_decode(s.reserved_decode);
   out->set_explanation(s.explanation);
+  out->set_source(s.source);
 }
 
 void FillBreakerEntry(const EngineSnapshot& s, const router::EngineEventCounts& c,

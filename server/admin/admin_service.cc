@@ -7,9 +7,11 @@
 #include "router/fleet/readmission.h"
 #include "server/admin/admin_callbacks.h"
 #include "server/admin/admin_mappers.h"
+#include "server/admin/runtime_engine.h"
 #include "server/admin/struct_codec.h"
 #include "server/api_key.h"
 #include "server/config_loader.h"
+#include "engines/engine_failure.h"
 
 namespace narwhal::server {
 namespace {
@@ -61,9 +63,9 @@ grpc::Status AdminService::Admit(grpc::CallbackServerContext* context) const {
 
 grpc::Status AdminService::Lookup(const std::string& iid, EngineSnapshot* out) const {
   if (iid.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "iid is required");
-  const int index = fleet_.Find(iid);
-  if (index < 0) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no engine " + iid);
-  *out = fleet_.Snapshot()[index];
+  std::optional<EngineSnapshot> found = fleet_.Snapshot(iid);
+  if (!found) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no engine " + iid);
+  *out = std::move(*found);
   return grpc::Status::OK;
 }
 
@@ -241,14 +243,46 @@ grpc::ServerUnaryReactor* AdminService::GetPreflightReport(grpc::CallbackServerC
   return FinishNow(context, grpc::Status::OK);
 }
 
+namespace {
+
+// An operator's reason is recorded and shown: bounded, and readable.
+constexpr size_t kMaxReasonBytes = 1024;
+
+// FAILED_PRECONDITION when taking `iid` out would leave one of its roles with
+// no engine in placement (unless the operator forces it).
+grpc::Status LastOfARole(const router::Fleet& fleet, const std::string& iid, bool force,
+                         const char* action) {
+  if (force) return grpc::Status::OK;
+  const std::string role = fleet.LastInPlacement(iid);
+  if (role.empty()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "engine " + iid + " is the last engine in placement for the " + role +
+                          " role: " + action + " it and every request needing that role gets "
+                          "503; set force to do it anyway");
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* AdminService::EjectEngine(grpc::CallbackServerContext* context,
                                                     const pb::EjectEngineRequest* request,
                                                     pb::Engine* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
   EngineSnapshot snapshot;
   if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
-  const std::string detail =
-      request->reason().empty() ? "ejected by an operator" : request->reason();
+  if (request->reason().size() > kMaxReasonBytes) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "reason is over " + std::to_string(kMaxReasonBytes) +
+                                               " bytes"));
+  }
+  if (snapshot.state != PlacementState::kEjected) {
+    if (grpc::Status s = LastOfARole(fleet_, request->iid(), request->force(), "ejecting");
+        !s.ok()) {
+      return FinishNow(context, s);
+    }
+  }
+  const std::string detail = request->reason().empty()
+                                 ? "ejected by an operator"
+                                 : engines::EngineText(request->reason());
   if (absl::Status s = fleet_.Eject(request->iid(), detail); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
@@ -285,6 +319,12 @@ grpc::ServerUnaryReactor* AdminService::DrainEngine(grpc::CallbackServerContext*
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
   EngineSnapshot snapshot;
   if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  if (snapshot.state != PlacementState::kDraining) {
+    if (grpc::Status s = LastOfARole(fleet_, request->iid(), request->force(), "draining");
+        !s.ok()) {
+      return FinishNow(context, s);
+    }
+  }
   if (absl::Status s = fleet_.Drain(request->iid()); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
@@ -311,8 +351,69 @@ grpc::ServerUnaryReactor* AdminService::GetConfig(grpc::CallbackServerContext* c
                                                   const pb::GetConfigRequest*,
                                                   google::protobuf::Struct* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
-  JsonToStruct(SettingsToJson(settings_), response);
+  nlohmann::json config =
+      SettingsToJson(options_.current_settings ? *options_.current_settings() : settings_);
+  // Not a config key: how the last reload went (the error of a rejected
+  // one). narwhal-check --diff leaves it out.
+  if (options_.reload_status) config["_reload"] = options_.reload_status();
+  JsonToStruct(config, response);
   return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::AddEngine(grpc::CallbackServerContext* context,
+                                                  const pb::AddEngineRequest* request,
+                                                  pb::Engine* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  absl::StatusOr<router::EngineSettings> engine =
+      RuntimeEngine(request->iid(), request->url(), request->role(), request->kv_engine_id());
+  if (!engine.ok()) return FinishNow(context, ToGrpcStatus(engine.status()));
+  const router::MemberSource admin{router::SourceKind::kAdmin, ""};
+  if (absl::Status s = fleet_.AddEngine(*engine, admin); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  EngineSnapshot snapshot;
+  Lookup(engine->iid, &snapshot);
+  FillEngine(snapshot, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::RemoveEngine(grpc::CallbackServerContext* context,
+                                                     const pb::RemoveEngineRequest* request,
+                                                     pb::Engine* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  EngineSnapshot snapshot;
+  if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
+  const router::MemberSource admin{router::SourceKind::kAdmin, ""};
+  if (absl::Status s = fleet_.RemoveEngine(request->iid(), admin); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  Lookup(request->iid(), &snapshot);  // draining, while its legs run
+  FillEngine(snapshot, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::ReloadConfig(grpc::CallbackServerContext* context,
+                                                     const pb::ReloadConfigRequest*,
+                                                     pb::ReloadConfigResponse* response) {
+  if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
+  if (!options_.reload) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                           "narwhal-serve runs without --config: nothing to "
+                                           "reload"));
+  }
+  return Defer(context, response, [this](google::protobuf::Message* result) {
+    const ReloadAnswer answer = options_.reload();
+    auto* out = static_cast<pb::ReloadConfigResponse*>(result);
+    out->set_result(answer.applied ? "applied" : "rejected");
+    out->set_generation(static_cast<int64_t>(answer.generation));
+    out->set_error(answer.error);
+    for (const std::string& iid : answer.joined) out->add_joined(iid);
+    for (const std::string& iid : answer.left) out->add_left(iid);
+    for (const std::string& iid : answer.changed) out->add_changed(iid);
+    for (const std::string& key : answer.keys_changed) out->add_keys_changed(key);
+    out->set_summary(answer.summary);
+    return grpc::Status::OK;
+  });
 }
 
 }  // namespace narwhal::server

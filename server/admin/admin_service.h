@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engines/engine_client.h"
 #include "narwhal/admin/v1/admin.grpc.pb.h"
@@ -49,6 +50,15 @@
 namespace narwhal::server {
 
 class PendingUnaryCall;
+
+// What a config reload did (B20), as ReloadConfig answers it.
+struct ReloadAnswer {
+  bool applied = false;
+  uint64_t generation = 0;
+  std::string error;  // rejected: why, the key path first
+  std::vector<std::string> joined, left, changed, keys_changed;
+  std::string summary;
+};
 
 struct AdminOptions {
   // Bearer token every RPC must carry; empty = none.
@@ -66,6 +76,14 @@ struct AdminOptions {
   // Once a stream must end (too slow, shutdown), how long its client has to
   // take the end before the call is cancelled.
   std::chrono::milliseconds watch_stall_timeout = std::chrono::seconds(10);
+  // Runs a config reload now (ReloadConfig; blocking: file I/O); unset =
+  // the router has no config file (UNAVAILABLE).
+  std::function<ReloadAnswer()> reload;
+  // The settings in force now (GetConfig; a reload changes them); unset =
+  // the ones the service was made with.
+  std::function<std::shared_ptr<const router::Settings>()> current_settings;
+  // The last reload's outcome, shown by GetConfig as `_reload`; unset = none.
+  std::function<nlohmann::json()> reload_status;
 };
 
 class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
@@ -130,6 +148,15 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   grpc::ServerWriteReactor<narwhal::admin::v1::Event>* WatchEvents(
       grpc::CallbackServerContext* context,
       const narwhal::admin::v1::WatchEventsRequest* request) override;
+  grpc::ServerUnaryReactor* AddEngine(grpc::CallbackServerContext* context,
+                                      const narwhal::admin::v1::AddEngineRequest* request,
+                                      narwhal::admin::v1::Engine* response) override;
+  grpc::ServerUnaryReactor* RemoveEngine(grpc::CallbackServerContext* context,
+                                         const narwhal::admin::v1::RemoveEngineRequest* request,
+                                         narwhal::admin::v1::Engine* response) override;
+  grpc::ServerUnaryReactor* ReloadConfig(grpc::CallbackServerContext* context,
+                                         const narwhal::admin::v1::ReloadConfigRequest* request,
+                                         narwhal::admin::v1::ReloadConfigResponse* response) override;
   grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context,
                                       const narwhal::admin::v1::GetConfigRequest* request,
                                       google::protobuf::Struct* response) override;

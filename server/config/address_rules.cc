@@ -1,6 +1,7 @@
 #include "server/config/address_rules.h"
 
-#include <google/protobuf/descriptor.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <cctype>
@@ -21,8 +22,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-
 #include "server/config/error_report.h"
 
 namespace narwhal::server::config_file {
@@ -73,7 +74,7 @@ std::optional<std::string> HostPortError(std::string_view text, int min_port,
 
 // Why `url` is not "http://host:port" (optionally with a trailing "/"), or
 // nullopt when it is; then *normalized is the URL without the trailing "/"
-// and *identity names its host (lower case) and port, for duplicates.
+// and *identity is HostIdentity(host) and the port, for duplicates.
 std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized,
                                           std::string* identity) {
   constexpr std::string_view kScheme = "http://";
@@ -92,10 +93,59 @@ std::optional<std::string> EngineUrlError(const std::string& url, std::string* n
   int port = 0;
   if (std::optional<std::string> error = HostPortError(rest, 1, &host, &port)) return error;
   *normalized = std::string(kScheme) + std::string(rest);
+  *identity = absl::StrCat(HostIdentity(host), " ", port);
+  return std::nullopt;
+}
+
+// Spellings of one address are one identity; names other than localhost are
+// not resolved (the router resolves them when it connects, and a name may
+// change its address).
+std::string HostIdentity(std::string_view host) {
   std::string lower(host);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  *identity = absl::StrCat(lower, " ", port);
+  if (lower.size() > 1 && lower.back() == '.') lower.pop_back();  // "h." is the FQDN "h"
+  if (lower == "localhost" || absl::EndsWith(lower, ".localhost")) return "loopback";
+  char text[INET6_ADDRSTRLEN];
+  in6_addr v6{};
+  if (lower.find(':') != std::string::npos && ::inet_pton(AF_INET6, lower.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return "loopback";
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      in_addr v4{};
+      std::memcpy(&v4, &v6.s6_addr[12], sizeof v4);
+      return HostIdentity(::inet_ntop(AF_INET, &v4, text, sizeof text));
+    }
+    return ::inet_ntop(AF_INET6, &v6, text, sizeof text);
+  }
+  // inet_aton's forms are what the resolver takes for a numeric host too
+  // ("127.1", "0x7f.0.0.1", "2130706433").
+  in_addr v4{};
+  if (!lower.empty() && lower.find_first_not_of("0123456789abcdefx.") == std::string::npos &&
+      ::inet_aton(lower.c_str(), &v4) != 0) {
+    if (v4.s_addr == htonl(INADDR_LOOPBACK)) return "loopback";
+    return ::inet_ntop(AF_INET, &v4, text, sizeof text);
+  }
+  return lower;
+}
+
+// Why `name` is not a DNS name (labels of [A-Za-z0-9_-], 1 to 63 characters
+// each, at most 253 in all, an optional final dot), or nullopt.
+std::optional<std::string> DnsNameError(std::string_view name) {
+  if (name.find('@') != std::string_view::npos) return "credentials are not allowed";
+  std::string_view rest = name;
+  if (rest.size() > 1 && rest.back() == '.') rest.remove_suffix(1);
+  if (rest.empty()) return "empty name";
+  if (rest.size() > 253) return "longer than 253 characters";
+  for (const absl::string_view label :
+       absl::StrSplit(absl::string_view(rest.data(), rest.size()), '.')) {
+    if (label.empty()) return "empty label";
+    if (label.size() > 63) return "a label is longer than 63 characters";
+    if (label.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") !=
+        absl::string_view::npos) {
+      return "a host name has only letters, digits, '-' and '_' between its dots";
+    }
+  }
   return std::nullopt;
 }
 

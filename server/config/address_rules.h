@@ -17,9 +17,18 @@ std::optional<std::string> HostPortError(std::string_view text, int min_port,
                                          int* port_out = nullptr);
 // Why `url` is not a valid engine URL (http://host:port, optional trailing
 // "/"), or nullopt; then *normalized is the URL without the trailing "/" and
-// *identity names its host (lower case) and port, for duplicates.
+// *identity is HostIdentity(host) and the port, for duplicates.
 std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized,
                                           std::string* identity);
+// The host as the duplicate check compares it, without resolving names:
+// lower case without a final dot; "loopback" for localhost (and
+// *.localhost), 127.0.0.1 in any numeric spelling, ::1 and
+// ::ffff:127.0.0.1; other IPv4 addresses dotted (also when IPv4-mapped or
+// spelled as inet_aton takes them, e.g. 10.1 or 0x0a000001); IPv6 addresses
+// in their RFC 5952 form.
+std::string HostIdentity(std::string_view host);
+// Why `name` is not a DNS host name, or nullopt.
+std::optional<std::string> DnsNameError(std::string_view name);
 bool IsEnvVarName(const std::string& s);
 bool IsIidChar(char c);
 

@@ -70,6 +70,13 @@ class Fields {
     return true;
   }
 
+  bool Bool(int number, bool* out) const {
+    if (Reported(number)) return false;
+    if (!Present(number)) return true;
+    *out = message_.GetReflection()->GetBool(message_, &Field(number));
+    return true;
+  }
+
   // A finite number within the (doc) bounds.
   bool Number(int number, double* out) const {
     if (Reported(number)) return false;

@@ -88,7 +88,14 @@ class SchemaCheck {
       json out = json::array();
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string entry_path = absl::StrCat(path, "[", i, "]");
-        if (!v[i].is_object()) {
+        if (field.cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+          if (v[i].is_string()) {
+            out.push_back(v[i]);
+          } else {
+            Report(rank, entry_path, absl::StrCat("must be a string (got ", TypeName(v[i]), ")"));
+            out.push_back("");  // keeps the indices of the entries after it
+          }
+        } else if (!v[i].is_object()) {
           Report(rank, entry_path, absl::StrCat("must be an object (got ", TypeName(v[i]), ")"));
           out.push_back(json::object());  // keeps the indices of the entries after it
         } else {
@@ -106,6 +113,11 @@ class SchemaCheck {
       case FieldDescriptor::CPPTYPE_STRING:
         if (v.is_string()) return v;
         wrong = absl::StrCat("must be a string (got ", TypeName(v), ")");
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        if (v.is_boolean()) return v;
+        wrong = absl::StrCat("must be true or false (got ", TypeName(v),
+                             v.is_null() ? "" : " " + Show(v), ")");
         break;
       case FieldDescriptor::CPPTYPE_DOUBLE:
         if (v.is_number()) return v;

@@ -46,6 +46,7 @@ void ValidateListen(const Fields& f, router::ListenSettings* out) {
   f.HostPort(pb::Listen::kHttpFieldNumber, &out->http);
   f.HostPort(pb::Listen::kGrpcFieldNumber, &out->grpc);
   f.HostPort(pb::Listen::kAdminFieldNumber, &out->admin);
+  f.HostPort(pb::Listen::kHealthFieldNumber, &out->health);
 }
 
 router::Role RoleNamed(const std::string& name) {
@@ -54,16 +55,37 @@ router::Role RoleNamed(const std::string& name) {
   return router::Role::kBoth;
 }
 
-// Where each engine id and URL was first seen.
+// Where each engine id, and each engine address (a URL's or a DNS group's
+// host and port, as HostIdentity spells the host), was first seen.
 struct EngineIndex {
+  struct Seen {
+    std::string path;   // "engines[0].url"
+    std::string shown;  // the value as the message shows it
+    std::string iid;    // "" when the entry's iid is invalid
+  };
   std::map<std::string, std::string> iid_paths;
-  std::map<std::string, std::string> url_paths;
+  std::map<std::string, Seen> addresses;
 };
+
+// Reports the entry's address (`identity`) when an earlier entry has it.
+void CheckUniqueAddress(const Fields& f, int number, const std::string& identity,
+                        const std::string& shown, const std::string& iid, EngineIndex* seen) {
+  const auto [it, inserted] =
+      seen->addresses.emplace(identity, EngineIndex::Seen{f.PathOf(number), shown, iid});
+  if (inserted) return;
+  std::string whose;
+  if (!iid.empty() && !it->second.iid.empty()) {
+    whose = absl::StrCat("; ", Quote(iid), " and ", Quote(it->second.iid), " are one engine");
+  }
+  f.Error(number, absl::StrCat(shown, " is a duplicate of ", it->second.path, " ", it->second.shown,
+                               " (the same host and port", whose, ")"));
+}
 
 // Returns false when the entry's role is invalid (then the fleet-level role
 // check is skipped).
 bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* out) {
   using E = pb::Engine;
+  std::string iid;
   if (f.String(E::kIidFieldNumber, &out->iid) && f.Present(E::kIidFieldNumber)) {
     if (!std::all_of(out->iid.begin(), out->iid.end(), IsIidChar)) {
       f.Error(E::kIidFieldNumber,
@@ -72,25 +94,87 @@ bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* 
                    seen->iid_paths.emplace(out->iid, f.PathOf(E::kIidFieldNumber));
                !inserted) {
       f.Error(E::kIidFieldNumber, absl::StrCat(Quote(out->iid), " is a duplicate of ", it->second));
+    } else {
+      iid = out->iid;
     }
   }
+  const bool has_url = f.Present(E::kUrlFieldNumber) || f.Reported(E::kUrlFieldNumber);
+  const bool has_dns = f.Present(E::kDnsFieldNumber) || f.Reported(E::kDnsFieldNumber);
+  const bool has_port = f.Present(E::kPortFieldNumber) || f.Reported(E::kPortFieldNumber);
+  if (!has_url && !has_dns) {
+    f.Error(E::kUrlFieldNumber, absl::StrCat("is required (or ", f.PathOf(E::kDnsFieldNumber),
+                                             " with ", f.PathOf(E::kPortFieldNumber), ")"));
+  } else if (has_url && has_dns) {
+    f.Error(E::kDnsFieldNumber, absl::StrCat("must not be set with ", f.PathOf(E::kUrlFieldNumber),
+                                             " (an entry is one engine or one DNS group)"));
+  } else if (has_dns && !has_port) {
+    f.Error(E::kPortFieldNumber, absl::StrCat("is required with ", f.PathOf(E::kDnsFieldNumber)));
+  }
+  if (has_port && !has_dns) {
+    f.Error(E::kPortFieldNumber, absl::StrCat("is only valid with ", f.PathOf(E::kDnsFieldNumber)));
+  }
+
   std::string url;
   if (f.String(E::kUrlFieldNumber, &url) && f.Present(E::kUrlFieldNumber)) {
     std::string identity;
     if (std::optional<std::string> why = EngineUrlError(url, &out->url, &identity)) {
       f.Error(E::kUrlFieldNumber, absl::StrCat("must be http://host:port: ", *why, " (got ",
                                                Quote(WithoutUserinfo(url)), ")"));
-    } else if (const auto [it, inserted] =
-                   seen->url_paths.emplace(identity, f.PathOf(E::kUrlFieldNumber));
-               !inserted) {
-      f.Error(E::kUrlFieldNumber, absl::StrCat(Quote(out->url), " is a duplicate of ", it->second));
+    } else if (!has_dns) {
+      CheckUniqueAddress(f, E::kUrlFieldNumber, identity, Quote(out->url), iid, seen);
     }
+  }
+  std::string dns;
+  const bool dns_ok = f.String(E::kDnsFieldNumber, &dns) && f.Present(E::kDnsFieldNumber);
+  if (dns_ok) {
+    if (std::optional<std::string> why = DnsNameError(dns)) {
+      f.Error(E::kDnsFieldNumber, absl::StrCat("must be a host name: ", *why, " (got ",
+                                               Quote(WithoutUserinfo(dns)), ")"));
+    } else {
+      out->dns = dns;
+    }
+  }
+  int port = 0;
+  if (f.Int(E::kPortFieldNumber, &port) && f.Present(E::kPortFieldNumber) && has_dns) {
+    out->port = port;
+  }
+  if (!out->dns.empty() && out->port > 0 && !has_url) {
+    CheckUniqueAddress(f, E::kDnsFieldNumber, absl::StrCat(HostIdentity(out->dns), " ", out->port),
+                       absl::StrCat(Quote(out->dns), " port ", out->port), iid, seen);
   }
   f.String(E::kKvEngineIdFieldNumber, &out->kv_engine_id);
   std::string role = "both";
   const bool role_ok = f.String(E::kRoleFieldNumber, &role);
   out->role = RoleNamed(role);
   return role_ok;
+}
+
+// Whether `iid` has the form of the iids of `group`'s members:
+// "<group iid>-<ADDR>-<port>" (SPEC §13).
+bool CouldBeMemberIid(const std::string& iid, const router::EngineSettings& group) {
+  const std::string prefix = group.iid + "-";
+  const std::string suffix = absl::StrCat("-", group.port);
+  if (iid.size() <= prefix.size() + suffix.size() || !absl::StartsWith(iid, prefix) ||
+      !absl::EndsWith(iid, suffix)) {
+    return false;
+  }
+  const std::string_view addr =
+      std::string_view(iid).substr(prefix.size(), iid.size() - prefix.size() - suffix.size());
+  return addr.find_first_not_of("0123456789abcdefABCDEF.-") == std::string_view::npos;
+}
+
+// An engine given by url whose iid a DNS group member could take.
+void CheckMemberIids(const std::vector<router::EngineSettings>& engines, const Fields& top) {
+  for (const router::EngineSettings& group : engines) {
+    if (!group.is_dns_group() || group.iid.empty() || group.port == 0) continue;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      if (engines[i].is_dns_group() || !CouldBeMemberIid(engines[i].iid, group)) continue;
+      top.errors()->Add(top.RankOf(pb::FleetConfig::kEnginesFieldNumber),
+                        absl::StrCat("engines[", i, "].iid ", Quote(engines[i].iid),
+                                     " is the iid a member of the DNS group ", Quote(group.iid),
+                                     " may take (<iid>-<ADDR>-<PORT>)"));
+    }
+  }
 }
 
 void ValidateEngines(const pb::FleetConfig& config, const Fields& top,
@@ -110,6 +194,7 @@ void ValidateEngines(const pb::FleetConfig& config, const Fields& top,
     }
     out->push_back(std::move(engine));
   }
+  CheckMemberIids(*out, top);
   if (!roles_ok) return;
   const bool can_prefill = std::any_of(out->begin(), out->end(),
                                        [](const auto& e) { return router::CanPrefill(e.role); });
@@ -228,7 +313,7 @@ void ValidateLimits(const Fields& f, router::LimitSettings* out) {
 // Both files or neither. The pair is read and checked here
 // (server/tls_files), so a bad one stops narwhal-serve before anything is
 // bound, and narwhal-check reports it.
-void ValidateTls(const Fields& f, router::TlsSettings* out) {
+void ValidateTls(const Fields& f, bool read_files, router::TlsSettings* out) {
   using T = pb::Tls;
   std::string cert;
   std::string key;
@@ -242,7 +327,9 @@ void ValidateTls(const Fields& f, router::TlsSettings* out) {
     return;
   }
   if (cert.empty()) return;
-  if (absl::StatusOr<TlsPem> pem = LoadTlsFiles(cert, key); !pem.ok()) {
+  const absl::StatusOr<TlsPem> pem =
+      read_files ? LoadTlsFiles(cert, key) : absl::StatusOr<TlsPem>(TlsPem{});
+  if (!pem.ok()) {
     f.errors()->Add(f.RankOf(T::kCertFileFieldNumber), std::string(pem.status().message()));
     return;
   }
@@ -274,6 +361,40 @@ void ValidateLinks(const Fields& f, router::LinkSettings* out) {
   f.Number(L::kWindowSFieldNumber, &out->window_s);
 }
 
+void ValidateDiscovery(const Fields& f, const pb::Discovery& discovery,
+                       router::DiscoverySettings* out) {
+  using D = pb::Discovery;
+  if (f.Entries(D::kDnsServersFieldNumber)) {
+    for (int i = 0; i < discovery.dns_servers_size(); ++i) {
+      const std::string path = absl::StrCat(f.PathOf(D::kDnsServersFieldNumber), "[", i, "]");
+      if (f.reported().count(path)) continue;
+      const std::string& server = discovery.dns_servers(i);
+      if (std::optional<std::string> why = HostPortError(server, 1)) {
+        f.errors()->Add(f.RankOf(D::kDnsServersFieldNumber),
+                        absl::StrCat(path, " must be HOST:PORT: ", *why, " (got ",
+                                     Quote(WithoutUserinfo(server)), ")"));
+      } else {
+        out->dns_servers.push_back(server);
+      }
+    }
+  }
+  const bool refresh_ok = f.Number(D::kDnsRefreshSFieldNumber, &out->dns_refresh_s);
+  const bool timeout_ok = f.Number(D::kDnsTimeoutSFieldNumber, &out->dns_timeout_s);
+  if (refresh_ok && timeout_ok && out->dns_timeout_s > out->dns_refresh_s) {
+    f.Error(D::kDnsTimeoutSFieldNumber,
+            absl::StrCat("must be <= discovery.dns_refresh_s (", FormatNumber(out->dns_refresh_s),
+                         ") (got ", FormatNumber(out->dns_timeout_s), ")"));
+  }
+}
+
+void ValidateMembership(const Fields& f, router::MembershipSettings* out) {
+  using M = pb::Membership;
+  f.Bool(M::kJoinChecksFieldNumber, &out->join_checks);
+  f.Number(M::kDrainTimeoutSFieldNumber, &out->drain_timeout_s);
+  f.Number(M::kRememberSFieldNumber, &out->remember_s);
+  f.Number(M::kConfigPollSFieldNumber, &out->config_poll_s);
+}
+
 // A handoff older than the producer's lease has lost its blocks, so the
 // router's age limit is below the lease: an explicit one must be, and 0
 // (the default) becomes 80% of the lease, capped by the request deadline.
@@ -293,7 +414,7 @@ void ApplyHandoffAge(const Fields* serving, router::Settings* s) {
 // The one validation pass. A section's rules run only when the section is in
 // the file (absent sections keep Settings' defaults).
 Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& reported,
-                  Errors* errors) {
+                  Errors* errors, const ValidateOptions& options) {
   using F = pb::FleetConfig;
   Settings s;
   const Fields top(config, "", 0, errors, reported);
@@ -324,7 +445,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   if (config.has_limits()) {
     ValidateLimits(section(F::kLimitsFieldNumber, config.limits()), &s.limits);
   }
-  if (config.has_tls()) ValidateTls(section(F::kTlsFieldNumber, config.tls()), &s.tls);
+  if (config.has_tls()) {
+    ValidateTls(section(F::kTlsFieldNumber, config.tls()), options.read_tls_files, &s.tls);
+  }
   if (config.has_links()) {
     ValidateLinks(section(F::kLinksFieldNumber, config.links()), &s.links);
   }
@@ -334,6 +457,13 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   }
   if (config.has_placement()) {
     ValidatePlacement(section(F::kPlacementFieldNumber, config.placement()), &s.placement);
+  }
+  if (config.has_discovery()) {
+    ValidateDiscovery(section(F::kDiscoveryFieldNumber, config.discovery()), config.discovery(),
+                      &s.discovery);
+  }
+  if (config.has_membership()) {
+    ValidateMembership(section(F::kMembershipFieldNumber, config.membership()), &s.membership);
   }
   if (request_ok && lease_ok) {
     const std::optional<Fields> serving =

@@ -14,10 +14,17 @@
 
 namespace narwhal::server::config_file {
 
+struct ValidateOptions {
+  // Read and check the files of `tls.*`. Off only for a document that is a
+  // running router's effective configuration (its files are on its host).
+  bool read_tls_files = true;
+};
+
 // The settings `config` describes; violations go to *errors (the keys in
 // `reported` were reported by the schema check already).
 router::Settings Validate(const config::v1::FleetConfig& config,
-                          const std::set<std::string>& reported, Errors* errors);
+                          const std::set<std::string>& reported, Errors* errors,
+                          const ValidateOptions& options = {});
 
 }  // namespace narwhal::server::config_file
 

@@ -89,19 +89,49 @@ class ResponseScope {
 
 Connection::Connection(asio::ip::tcp::socket socket, const engines::Clock& clock,
                        const HttpDoorOptions& options, HttpRoutes& routes,
-                       ConnectionTracker& tracker)
+                       ConnectionTracker& tracker, const std::string* capacity_refusal)
     : socket_(std::make_shared<ClientSocket>(std::move(socket), clock, options.tls.get())),
       options_(options),
       routes_(routes),
       tracker_(tracker),
+      capacity_refusal_(capacity_refusal),
       buffer_(options.max_header_bytes + kBufferSlack) {
-  id_ = tracker_.Add(socket_, socket_->socket().get_executor());
+  id_ = tracker_.Add(socket_, socket_->socket().get_executor(), capacity_refusal_ != nullptr);
   if (id_ == 0) socket_->Close();
 }
 
 Connection::~Connection() {
   socket_->Close();
   if (id_ != 0) tracker_.Remove(id_);
+}
+
+std::string Connection::HeadersTooLarge(const RequestParser& parser) const {
+  // Header and trailer fields count together.
+  if (parser.too_many_fields()) {
+    return "request has more than serving.max_headers (" + std::to_string(options_.max_headers) +
+           ") header fields";
+  }
+  return "request headers exceed serving.max_header_bytes (" +
+         std::to_string(options_.max_header_bytes) + " bytes)";
+}
+
+engines::MonoClock::duration Connection::BodyAllowance(size_t received) const {
+  if (options_.min_body_bytes_per_s == 0) return options_.body_timeout;
+  return engines::FromSeconds(static_cast<double>(received) /
+                              static_cast<double>(options_.min_body_bytes_per_s));
+}
+
+error_code Connection::ParseBuffered(RequestParser& parser) {
+  error_code ec;
+  if (buffer_.size() == 0 || parser.is_done()) return ec;
+  parser.eager(true);  // every element the buffer holds, not just the next one
+  buffer_.consume(parser.put(buffer_.data(), ec));
+  if (ec == http::error::need_more) ec = {};
+  return ec;
+}
+
+std::string_view Connection::PendingBytes() const {
+  return std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
 }
 
 std::string Connection::BodyTooLarge() const {
@@ -111,6 +141,11 @@ std::string Connection::BodyTooLarge() const {
 
 Awaitable<void> Connection::Run() {
   const std::shared_ptr<Connection> self = shared_from_this();
+  if (capacity_refusal_ != nullptr) {
+    co_await ServeReserved();
+    socket_->Close();
+    co_return;
+  }
   if (socket_->tls() && socket_->open()) {
     // Bounded like the wait for a first byte; a failure is no request (not
     // journaled), only counted and logged by the context.
@@ -135,6 +170,40 @@ Awaitable<void> Connection::Run() {
   }
   if (next == Next::kLingerClose && socket_->open()) co_await LingeringClose();
   socket_->Close();
+}
+
+Awaitable<void> Connection::ServeReserved() {
+  // Everything — handshake, head, answer — within one short bound, so the
+  // reserve's few slots turn over even when each is taken by a slow client.
+  const MonoTime deadline = socket_->Now() + options_.reserve_timeout;
+  if (socket_->tls() && socket_->open()) {
+    const error_code ec = co_await socket_->Handshake(deadline);
+    if (ec) {
+      std::string why =
+          ec == asio::error::timed_out ? "not completed within the reserve's bound" : ec.message();
+      options_.tls->HandshakeFailed(why);
+      co_return;
+    }
+  }
+  DoorTimer& timer = socket_->timer();
+  error_code ec;
+  timer.Arm(deadline, DoorBound::kIdle);  // closes the socket: no answer owed
+  RequestParser parser(options_.max_header_bytes, options_.max_headers, /*max_body_bytes=*/0);
+  co_await socket_->ReadHeader(buffer_, parser, ec);
+  timer.Pause();
+  if (ec == http::error::body_limit) ec = {};  // a body is refused below
+  if (ec || timer.fired() || !socket_->open()) co_return;
+  const HttpRequest& request = parser.get();
+  const std::string_view path = PathOf(request.target());
+  const bool probe = request.method() == http::verb::get && parser.is_done() &&
+                     (path == "/health" || path == "/ready" || path == "/metrics");
+  if (!probe) {
+    ec = co_await socket_->Write(asio::buffer(*capacity_refusal_), deadline);
+    co_return;
+  }
+  HttpResponse response = routes_.Plain(request, path);
+  FinishForWire(response, request.version() == 10 ? 10 : 11, /*keep_alive=*/false);
+  ec = co_await socket_->WriteMessage(response, deadline);
 }
 
 Awaitable<Connection::Next> Connection::ServeOne(bool first) {
@@ -180,15 +249,35 @@ Awaitable<Connection::Next> Connection::ServeOne(bool first) {
       if (ec) co_return Next::kClose;
     }
     const MonoTime body_deadline = started + options_.body_timeout;
+    const MonoTime body_started = socket_->Now();
+    bool bare_lf = false;
     while (!parser.is_done() && !ec) {
-      timer.Arm(std::min(socket_->Now() + options_.header_timeout, body_deadline),
+      // What is buffered is parsed first: Beast would wait for more bytes
+      // before it looked at a framing line that can never end.
+      ec = ParseBuffered(parser);
+      bare_lf = !ec && BareLfInChunkedFraming(parser, PendingBytes());
+      if (ec || bare_lf || parser.is_done()) break;
+      // Silence, the body's pace and the request bound, whichever is first.
+      const MonoTime paced = body_started + options_.header_timeout +
+                             BodyAllowance(request.body().size());
+      timer.Arm(std::min({socket_->Now() + options_.header_timeout, paced, body_deadline}),
                 DoorBound::kBody);
       co_await socket_->ReadSomeBody(buffer_, parser, ec);
     }
     timer.Pause();
     if (timer.fired()) co_return Next::kClose;
+    if (bare_lf) {
+      std::string message =
+          "malformed HTTP request body: a chunked framing line ends in a bare LF (CRLF required)";
+      co_return co_await Refuse(request, path, kMalformed, std::move(message));
+    }
     if (ec == http::error::body_limit) {
       co_return co_await Refuse(request, path, kTooLarge, BodyTooLarge());
+    }
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+      // Trailer fields count against the head's limits (RequestParser).
+      std::string message = HeadersTooLarge(parser);
+      co_return co_await Refuse(request, path, kHeadersTooLarge, std::move(message));
     }
     if (IsHttpSyntaxError(ec) && ec != http::error::partial_message &&
         ec != http::error::end_of_stream) {
@@ -237,14 +326,7 @@ Awaitable<Connection::Next> Connection::RefuseHead(RequestParser& parser, error_
     co_return co_await Refuse(partial, path, kHeaderTimeout, std::move(message));
   }
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
-    std::string message;
-    if (parser.too_many_fields()) {
-      message = "request has more than serving.max_headers (" +
-                std::to_string(options_.max_headers) + ") header fields";
-    } else {
-      message = "request headers exceed serving.max_header_bytes (" +
-                std::to_string(options_.max_header_bytes) + " bytes)";
-    }
+    std::string message = HeadersTooLarge(parser);
     co_return co_await Refuse(partial, path, kHeadersTooLarge, std::move(message));
   }
   if (ec == http::error::body_limit) {  // a Content-Length over the limit

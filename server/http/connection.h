@@ -8,8 +8,12 @@
 // request's first byte (header timeout on a new connection, keep-alive
 // timeout between requests), the header timeout from that byte to the end of
 // the headers (408 once a request line arrived, else closed unanswered),
-// header count and bytes (431), the body limit for either
-// framing (413) and the silence and total bounds while a body arrives, the
+// a body's total read time (header timeout plus a second per
+// min_body_bytes_per_s bytes received, within the body timeout),
+// header count and bytes (431; a chunked body's trailer fields count with
+// the head's), the body limit for either framing (413), chunked framing
+// whose lines end in a bare LF (400) and the silence and total bounds while
+// a body arrives, the
 // write timeout of a response. A request with both Content-Length and
 // Transfer-Encoding, or a coding other than chunked, is refused with 400 and
 // ends the connection (request smuggling). Every such refusal of a request
@@ -26,6 +30,7 @@
 #define NARWHAL_SERVER_HTTP_CONNECTION_H_
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include <boost/asio/cancellation_signal.hpp>
@@ -47,9 +52,14 @@ class SseSink;
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   // Registers with `tracker` (which may refuse it: Run() then ends at once).
+  // A non-null `capacity_refusal` makes it a reserve connection, beyond
+  // serving.max_connections: it carries one GET /health, /ready or /metrics,
+  // head and answer within options.reserve_timeout, and answers anything
+  // else with those bytes (the door's at-capacity 503), then closes.
   // Everything referenced must outlive the connection.
   Connection(boost::asio::ip::tcp::socket socket, const engines::Clock& clock,
-             const HttpDoorOptions& options, HttpRoutes& routes, ConnectionTracker& tracker);
+             const HttpDoorOptions& options, HttpRoutes& routes, ConnectionTracker& tracker,
+             const std::string* capacity_refusal = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -62,12 +72,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class Next { kKeepAlive, kClose, kLingerClose };
 
   engines::Awaitable<Next> ServeOne(bool first);
+  // The one request of a reserve connection.
+  engines::Awaitable<void> ServeReserved();
   // A request whose head failed to parse (`ec` says why) or did not arrive
   // within the header timeout.
   engines::Awaitable<Next> RefuseHead(RequestParser& parser, boost::system::error_code ec);
   engines::Awaitable<Next> Refuse(const HttpRequest& partial, std::string_view path,
                                   RefusalKind kind, std::string message);
   std::string BodyTooLarge() const;
+  // The 431 message: too many header (and trailer) fields, or too many bytes.
+  std::string HeadersTooLarge(const RequestParser& parser) const;
+  // Bytes read and not yet consumed by the parser.
+  std::string_view PendingBytes() const;
+  // The time a body may take for `received` bytes of it, past the header
+  // timeout (options.min_body_bytes_per_s).
+  engines::MonoClock::duration BodyAllowance(size_t received) const;
+  // Feeds the buffered bytes to `parser` (the error it found, need_more
+  // aside).
+  boost::system::error_code ParseBuffered(RequestParser& parser);
   engines::Awaitable<Next> Generate(router::Request request, unsigned version, bool keep_alive);
   engines::Awaitable<void> ServeAndStopWatch(router::Request request,
                                              std::shared_ptr<SseSink> sink);
@@ -82,6 +104,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   HttpRoutes& routes_;
   ConnectionTracker& tracker_;
   uint64_t id_ = 0;
+  const std::string* capacity_refusal_;  // non-null: a reserve connection
   // Bytes read from the client and not yet parsed (pipelined requests).
   boost::beast::flat_buffer buffer_;
   // Ends the client watch once the request it guards has ended.

@@ -9,20 +9,30 @@
 
 namespace narwhal::server {
 
-uint64_t ConnectionTracker::Add(std::weak_ptr<ClientSocket> socket, engines::Executor executor) {
+uint64_t ConnectionTracker::Add(std::weak_ptr<ClientSocket> socket, engines::Executor executor,
+                                bool reserve) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return 0;
   const uint64_t id = next_id_++;
-  connections_.emplace(id, Entry{std::move(socket), std::move(executor)});
-  open_.store(static_cast<int>(connections_.size()), std::memory_order_relaxed);
+  connections_.emplace(id, Entry{std::move(socket), std::move(executor), reserve});
+  if (reserve) ++reserve_;
+  Publish();
   return id;
 }
 
 void ConnectionTracker::Remove(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  connections_.erase(id);
-  open_.store(static_cast<int>(connections_.size()), std::memory_order_relaxed);
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  if (it->second.reserve) --reserve_;
+  connections_.erase(it);
+  Publish();
   if (connections_.empty()) cv_.notify_all();
+}
+
+void ConnectionTracker::Publish() {
+  open_.store(static_cast<int>(connections_.size()) - reserve_, std::memory_order_relaxed);
+  reserve_open_.store(reserve_, std::memory_order_relaxed);
 }
 
 void ConnectionTracker::StopAll() {

@@ -24,11 +24,16 @@ class ClientSocket;
 
 class ConnectionTracker {
  public:
-  // Registers an open connection whose socket lives on `executor`; returns
-  // its id, or 0 once StopAll() ran (the caller closes the connection).
-  uint64_t Add(std::weak_ptr<ClientSocket> socket, engines::Executor executor);
+  // Registers an open connection whose socket lives on `executor` — with
+  // `reserve`, one of the door's reserve beyond serving.max_connections
+  // (server/http/connection.h) — and returns its id, or 0 once StopAll() ran
+  // (the caller closes the connection).
+  uint64_t Add(std::weak_ptr<ClientSocket> socket, engines::Executor executor,
+               bool reserve = false);
   void Remove(uint64_t id);
+  // Open connections, the reserve's apart.
   int open() const { return open_.load(std::memory_order_relaxed); }
+  int reserve_open() const { return reserve_open_.load(std::memory_order_relaxed); }
 
   // Refuses new connections and closes every open one (on its own loop).
   void StopAll();
@@ -44,9 +49,13 @@ class ConnectionTracker {
   bool WaitIdle(engines::MonoTime deadline);
 
  private:
+  // Updates the counters from connections_ (under mu_).
+  void Publish();
+
   struct Entry {
     std::weak_ptr<ClientSocket> socket;
     engines::Executor executor;
+    bool reserve = false;
   };
 
   mutable std::mutex mu_;
@@ -56,6 +65,8 @@ class ConnectionTracker {
   bool stopping_ = false;
   int responses_ = 0;
   std::atomic<int> open_{0};
+  std::atomic<int> reserve_open_{0};
+  int reserve_ = 0;  // under mu_
 };
 
 }  // namespace narwhal::server

@@ -24,9 +24,18 @@ class TlsServerContext;
 struct HttpDoorOptions {
   using Duration = engines::MonoClock::duration;
 
-  // Open client connections; one more is refused at once (a fixed 503 written
-  // without waiting, then closed).
+  // Open client connections; one more goes to the reserve below, and when
+  // that is full too it is refused at once (a fixed 503 written without
+  // waiting, then closed).
   int max_connections = 4096;
+  // Connections beyond max_connections kept for probes and scrapes, so that
+  // connections holding every slot (slow bodies, idle keep-alives) cannot
+  // starve GET /health, /ready and /metrics: each carries one such request,
+  // whose head and answer must be done within reserve_timeout of its
+  // accept; any other request on it gets the fixed 503 of a connection
+  // beyond the cap.
+  int reserve_connections = 16;
+  Duration reserve_timeout = std::chrono::seconds(2);
   // Request line plus header fields of one request (431 beyond).
   size_t max_header_bytes = 65536;
   // Header fields of one request (431 beyond).
@@ -38,7 +47,12 @@ struct HttpDoorOptions {
   // connection also the wait for that first byte. Also the longest silence
   // while a body arrives.
   Duration header_timeout = std::chrono::seconds(10);
-  // Whole body of one request, from its first byte (serving.request_timeout_s).
+  // A body's whole read, from the end of its head: header_timeout plus one
+  // second per min_body_bytes_per_s bytes of body received so far, so a body
+  // that trickles in slower than that on average is cut, however it paces
+  // its bytes; a 4 MiB body may take header_timeout + 64 s.
+  uint64_t min_body_bytes_per_s = 64 * 1024;
+  // And at most this, from the request's first byte (serving.request_timeout_s).
   Duration body_timeout = std::chrono::seconds(600);
   // An idle keep-alive connection between two requests.
   Duration keepalive_timeout = std::chrono::seconds(60);

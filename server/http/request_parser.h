@@ -74,6 +74,21 @@ class RequestParser final
   int transfer_encoding_ = 0;
 };
 
+// Beast ends every line of chunked framing (chunk-size line, trailer
+// fields, the final empty line) only at CRLF and keeps waiting past a bare
+// LF, so such a body would hang until the door's silence bound and be
+// closed unanswered. `pending` is what the parser has not consumed yet —
+// while a chunked body is read, a partial framing line (chunk data is
+// consumed as it arrives) — and a LF in it without its CR is a framing
+// error the door answers with 400.
+inline bool BareLfInChunkedFraming(const RequestParser& parser, std::string_view pending) {
+  if (!parser.is_header_done() || parser.is_done() || !parser.chunked()) return false;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (pending[i] == '\n' && (i == 0 || pending[i - 1] != '\r')) return true;
+  }
+  return false;
+}
+
 // The request line at the start of `bytes` — "METHOD SP request-target SP
 // HTTP/1.0|1.1 CRLF", after any empty lines — into `out`'s method, target
 // and version. False unless `bytes` holds a complete, well-formed one (a

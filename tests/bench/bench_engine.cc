@@ -24,12 +24,19 @@
 // One io_context run by --threads threads; one coroutine and one timer per
 // connection (no thread per stream); HTTP/1.1 keep-alive; Beast does all the
 // HTTP parsing and chunked framing. Request bodies are bounded (8 MiB).
+// --listeners N serves N engines from the one process: N listeners, on
+// --port and the N-1 ports after it (or N free ports when --port is 0), all
+// answering alike (a fleet of many engines on one host, for benchmarks of
+// the router's per-engine cost).
 //
 //   bench_engine [--host H] [--port N] [--engine-id ID] [--model NAME]
 //                [--token-interval-ms X] [--prefill-ms X] [--threads N]
+//                [--listeners N]
 //
-// Prints "bench_engine ready port=N" on stdout once listening. Exit status 0
-// after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad arguments.
+// Prints "bench_engine ready port=N" on stdout once listening (the first
+// listener's port), followed by " ports=A,B,..." (every listener's, in
+// order) when N > 1. Exit status 0 after SIGTERM/SIGINT, 1 when it cannot
+// listen, 2 on bad arguments.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -42,6 +49,7 @@
 #include <ctime>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -64,7 +72,8 @@ constexpr int kMaxTokens = 1 << 20;
 
 constexpr char kUsage[] =
     "usage: bench_engine [--host H] [--port N] [--engine-id ID] [--model NAME]\n"
-    "                    [--token-interval-ms X] [--prefill-ms X] [--threads N]\n";
+    "                    [--token-interval-ms X] [--prefill-ms X] [--threads N]\n"
+    "                    [--listeners N]\n";
 
 struct Config {
   std::string host = "127.0.0.1";
@@ -74,6 +83,7 @@ struct Config {
   double token_interval_ms = 20;
   double prefill_ms = 0;
   int threads = 1;
+  int listeners = 1;
   std::string model_json;  // the model name as a JSON string literal
 };
 
@@ -498,6 +508,8 @@ bool ParseArgs(int argc, char** argv, Config* c) {
         c->prefill_ms = std::stod(v, &used);
       } else if (flag == "--threads") {
         c->threads = std::stoi(v, &used);
+      } else if (flag == "--listeners") {
+        c->listeners = std::stoi(v, &used);
       } else {
         std::cerr << "bench_engine: unknown argument " << flag << "\n" << kUsage;
         return false;
@@ -508,7 +520,8 @@ bool ParseArgs(int argc, char** argv, Config* c) {
       return false;
     }
   }
-  if (c->port < 0 || c->port > 65535 || c->threads < 1 || c->threads > 256 ||
+  if (c->port < 0 || c->port > 65535 || c->threads < 1 || c->threads > 256 || c->listeners < 1 ||
+      c->listeners > 4096 || (c->port != 0 && c->port + c->listeners - 1 > 65535) ||
       c->token_interval_ms < 0 || c->prefill_ms < 0 || c->engine_id.empty() || c->model.empty()) {
     std::cerr << "bench_engine: out-of-range argument\n" << kUsage;
     return false;
@@ -531,24 +544,36 @@ int Main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &cfg)) return 2;
   RaiseFdLimit();
   net::io_context ioc(cfg.threads);
-  tcp::acceptor acceptor(ioc);
-  try {
-    const tcp::endpoint endpoint(net::ip::make_address(cfg.host),
-                                 static_cast<unsigned short>(cfg.port));
-    acceptor.open(endpoint.protocol());
-    acceptor.set_option(net::socket_base::reuse_address(true));
-    acceptor.bind(endpoint);
-    acceptor.listen(4096);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_engine: cannot listen on " << cfg.host << ":" << cfg.port << ": "
-              << e.what() << "\n";
-    return 1;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::string ports;
+  for (int i = 0; i < cfg.listeners; ++i) {
+    const int port = cfg.port == 0 ? 0 : cfg.port + i;
+    auto acceptor = std::make_unique<tcp::acceptor>(ioc);
+    try {
+      const tcp::endpoint endpoint(net::ip::make_address(cfg.host),
+                                   static_cast<unsigned short>(port));
+      acceptor->open(endpoint.protocol());
+      acceptor->set_option(net::socket_base::reuse_address(true));
+      acceptor->bind(endpoint);
+      acceptor->listen(4096);
+    } catch (const std::exception& e) {
+      std::cerr << "bench_engine: cannot listen on " << cfg.host << ":" << port << ": " << e.what()
+                << "\n";
+      return 1;
+    }
+    ports += (i == 0 ? "" : ",") + std::to_string(acceptor->local_endpoint().port());
+    acceptors.push_back(std::move(acceptor));
   }
-  std::printf("bench_engine ready port=%d\n", acceptor.local_endpoint().port());
+  if (cfg.listeners == 1) {
+    std::printf("bench_engine ready port=%s\n", ports.c_str());
+  } else {
+    std::printf("bench_engine ready port=%d ports=%s\n", acceptors.front()->local_endpoint().port(),
+                ports.c_str());
+  }
   std::fflush(stdout);
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   signals.async_wait([&](const beast::error_code&, int) { ioc.stop(); });
-  net::co_spawn(ioc, Accept(acceptor, cfg), net::detached);
+  for (auto& acceptor : acceptors) net::co_spawn(ioc, Accept(*acceptor, cfg), net::detached);
   std::vector<std::thread> threads;
   for (int i = 1; i < cfg.threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
   ioc.run();

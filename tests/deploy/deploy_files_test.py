@@ -100,21 +100,16 @@ class KubernetesManifestTest(unittest.TestCase):
         (c,) = self.pod()["spec"]["containers"]
         return c
 
-    def test_deployment_probes_follow_the_fleet_listeners(self):
+    def test_deployment_ports_follow_the_fleet_listeners(self):
+        # The probes themselves: deploy_k8s_test (TLS on and off, live).
         c = self.container()
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         listen = fleet()["listen"]
         self.assertEqual(ports["http"], port_of(listen["http"]))
         self.assertEqual(ports["grpc"], port_of(listen["grpc"]))
-        self.assertTrue(listen["http"].startswith("0.0.0.0:"), "pods must listen beyond loopback")
-        ready = c["readinessProbe"]["httpGet"]
-        self.assertEqual(ready["path"], "/ready")
-        self.assertEqual(ports.get(ready["port"], ready["port"]), ports["http"])
-        live = c["livenessProbe"]["grpc"]
-        self.assertEqual(live["port"], ports["grpc"])
-        # "" follows readiness: liveness names the process-only service.
-        self.assertEqual(live.get("service"), "narwhal.liveness")
-        self.assertNotIn("httpGet", c["livenessProbe"])
+        self.assertEqual(ports["probes"], port_of(listen["health"]))
+        for key in ("http", "grpc", "health"):
+            self.assertTrue(listen[key].startswith("0.0.0.0:"), "pods must listen beyond loopback")
 
     def test_grace_period_covers_prestop_and_graceful_timeout(self):
         spec = self.pod()["spec"]
@@ -157,7 +152,7 @@ class KubernetesManifestTest(unittest.TestCase):
             self.assertIn(port["targetPort"], names)
         pdb = self.one("PodDisruptionBudget")
         self.assertEqual(pdb["spec"]["selector"]["matchLabels"].items() - labels.items(), set())
-        self.assertLess(pdb["spec"]["minAvailable"], deployment["spec"]["replicas"])
+        self.assertLess(pdb["spec"]["maxUnavailable"], deployment["spec"]["replicas"])
         mon = self.one("ServiceMonitor")
         self.assertEqual(mon["spec"]["selector"]["matchLabels"].items()
                          - svc["metadata"]["labels"].items(), set())
@@ -286,6 +281,47 @@ class GrafanaDashboardTest(unittest.TestCase):
         names = {v["name"] for v in self.dash["templating"]["list"]}
         self.assertEqual(names, {"datasource", "job", "instance"})
 
+    # What a query measures, from its shape: the panel's unit must suit
+    # every query of the panel (no bytes and counts on one axis).
+    UNITS = {"seconds": {"s"}, "bytes": {"bytes"}, "rate": {"reqps", "ops"},
+             "cpu": {"percentunit"}, "count": {"short"}}
+
+    @staticmethod
+    def measures(expr):
+        if "histogram_quantile(" in expr and "_seconds_bucket" in expr:
+            return "seconds"
+        if "time() - process_start_time_seconds" in expr:
+            return "seconds"
+        if "rate(process_cpu_seconds_total" in expr:
+            return "cpu"
+        if "rate(" in expr and "_total" in expr and "increase(" not in expr:
+            return "rate"
+        if "_bytes" in expr:
+            return "bytes"
+        return "count"  # gauges of counts and states, increase() of counters
+
+    def test_units_match_each_query(self):
+        for p in self.dash["panels"]:
+            if p["type"] != "timeseries":
+                continue
+            unit = p["fieldConfig"]["defaults"].get("unit")
+            kinds = {self.measures(t["expr"]) for t in p["targets"]}
+            self.assertEqual(len(kinds), 1, f"{p['title']}: queries of different kinds {kinds}")
+            (kind,) = kinds
+            # A rate of something other than requests or operations (tokens)
+            # says what it counts per second in a custom suffix unit.
+            custom_rate = kind == "rate" and unit.startswith("suffix:") and unit.endswith("/s")
+            self.assertTrue(unit in self.UNITS[kind] or custom_rate,
+                            f"{p['title']}: unit {unit} for {kind}")
+
+    def test_a_mixed_panel_would_be_caught(self):
+        self.assertEqual(self.measures("max(process_resident_memory_bytes)"), "bytes")
+        self.assertEqual(self.measures("max(process_open_fds)"), "count")
+        self.assertEqual(
+            self.measures("histogram_quantile(0.5, sum by (le) (rate(narwhal_tpot_seconds_bucket[1m])))"),
+            "seconds")
+        self.assertEqual(self.measures("sum(rate(narwhal_requests_total[1m]))"), "rate")
+
     def test_covers_what_an_operator_needs(self):
         exprs = " ".join(t["expr"] for p in self.dash["panels"] for t in p.get("targets", []))
         for needed in ("narwhal_requests_total", "narwhal_ttft_seconds_bucket",
@@ -293,7 +329,10 @@ class GrafanaDashboardTest(unittest.TestCase):
                        "narwhal_decode_tokens_total", "sum by (iid, phase) (narwhal_engine_inflight",
                        "narwhal_engine_breaker_streak", "narwhal_engine_held",
                        "narwhal_engine_quarantined", "narwhal_engine_probes_total",
-                       "narwhal_retry_attempts_total", "narwhal_retry_denied_total"):
+                       "narwhal_retry_attempts_total", "narwhal_retry_denied_total",
+                       "narwhal_tpot_seconds_bucket", "narwhal_handoffs_abandoned_total",
+                       "narwhal_handoff_releases_total", "narwhal_placement_decisions_total",
+                       "process_open_fds", "process_start_time_seconds"):
             self.assertIn(needed, exprs)
         text = " ".join(p.get("options", {}).get("content", "") for p in self.dash["panels"])
         self.assertIn("ttft_s", text)

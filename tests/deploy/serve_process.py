@@ -26,7 +26,7 @@ class ServeProcess:
         self.extra_args = list(extra_args)
         self.proc = None
         self._stderr = None
-        self.http = self.grpc = self.admin = None
+        self.http = self.grpc = self.admin = self.health = None
 
     def __enter__(self):
         import tempfile
@@ -51,6 +51,7 @@ class ServeProcess:
             if line.startswith("narwhal-serve ready "):
                 fields = dict(f.split("=", 1) for f in line.split()[2:])
                 self.http, self.grpc, self.admin = fields["http"], fields["grpc"], fields["admin"]
+                self.health = fields.get("health")  # with --health or listen.health
                 return self
 
     def __exit__(self, *exc):

@@ -446,6 +446,59 @@ TEST_F(ServeGrpcTest, FaultOutcomesAgreeBetweenHttpAndGrpc) {
   }
 }
 
+// Hardening: a decode event whose text is not valid Unicode (a raw 0xFF
+// byte, or Python json's unpaired surrogate escape) is text with U+FFFD in
+// its place, through all four paths alike: gRPC Generate once dropped such
+// tokens while its Final reported them all and the journal said completed.
+TEST_F(ServeGrpcTest, InvalidUnicodeTextIsRelayedWithReplacementOnEveryPath) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  const std::string fffd = "\xEF\xBF\xBD";
+  for (const char* shape : {"raw_byte", "lone_surrogate"}) {
+    SCOPED_TRACE(shape);
+    const json rule = {{"kind", "invalid_text"},
+                       {"phase", "decode"},
+                       {"at_token", 2},
+                       {"shape", shape},
+                       {"times", -1}};
+    SetFaults("d0", json::array({rule}));
+    const std::string prompt = std::string("invalid text ") + shape;
+
+    // HTTP, streaming: six token events, valid JSON, the third with U+FFFD.
+    HttpCapture streamed = Send(router, kCompletions, Completion(prompt, 6, true));
+    ASSERT_EQ(streamed.status, 200) << Describe(streamed);
+    EXPECT_EQ(TokenEvents(streamed).size(), 6u) << Describe(streamed);
+    const std::string text = StreamedText(streamed);
+    EXPECT_TRUE(absl::StrContains(text, fffd)) << text;
+    EXPECT_EQ(JournalRow(router, streamed)["terminal"], "completed");
+
+    // HTTP, assembled.
+    HttpCapture whole = Send(router, kCompletions, Completion(prompt, 6, false));
+    ASSERT_EQ(whole.status, 200) << Describe(whole);
+    EXPECT_EQ(ResponseText(whole.body), text);
+
+    // gRPC Generate: every delta, and a Final that counts what was sent.
+    GrpcOutcome g = Call(router, GenerateRequest(prompt, 6));
+    ASSERT_EQ(g.code, grpc::StatusCode::OK) << g.message;
+    EXPECT_EQ(g.deltas, 6);
+    EXPECT_EQ(g.text, text);
+    ASSERT_TRUE(g.has_final);
+    EXPECT_EQ(g.final.usage().completion_tokens(), 6u);
+    EXPECT_EQ(JournalRowFor(router, g.request_id)["output_tokens"], 6);
+
+    // gRPC Complete.
+    auto stub = narwhal::v1::Inference::NewStub(
+        grpc::CreateChannel(router.grpc_target(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    narwhal::v1::CompleteResponse completed;
+    CountRequest(router);
+    const grpc::Status status = stub->Complete(&context, GenerateRequest(prompt, 6), &completed);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(completed.text(), text);
+    ASSERT_TRUE(Sim("d0").ClearFaults().ok());
+  }
+}
+
 TEST_F(ServeGrpcTest, RetryOutcomesAgreeBetweenHttpAndGrpc) {
   ServeProcess& router = StartRouter(
       {"p0", "p1", "d0", "d1"},

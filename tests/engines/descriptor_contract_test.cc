@@ -3,7 +3,9 @@
 // remote_host policies, and that fields outside the contract stay opaque.
 #include "engines/descriptor_contract.h"
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -169,6 +171,41 @@ TEST(DescriptorContractTest, RemoteHostPolicies) {
   numeric["remote_host"] = 5;
   EXPECT_FALSE(ApplyRemoteHostPolicy(p, RemoteHostPolicy::kRewrite, &numeric));
   EXPECT_EQ(Reason(numeric, p), "bad_remote_host");
+}
+
+// Under `pass` the producer's host is forwarded as is, so a compromised
+// producer could send every consumer to any address: unspecified,
+// link-local and cloud metadata ones are refused (forbidden_remote_host)
+// before any decode request. `match` holds the host to the producer's
+// configured one and `rewrite` replaces it, so they never see this rule.
+TEST(DescriptorContractTest, PassRefusesUnspecifiedLinkLocalAndMetadataHosts) {
+  const ProducerIdentity p{"", "10.0.0.11"};
+  for (const char* host : {"169.254.169.254", "2852039166", "0.0.0.0", "fe80::1",
+                           "metadata.google.internal", "::ffff:169.254.169.254"}) {
+    json d = Descriptor();
+    d["remote_host"] = host;
+    const DescriptorRejection r = CheckDescriptor(d, p, RemoteHostPolicy::kPass);
+    EXPECT_EQ(r.reason, "forbidden_remote_host") << host;
+    EXPECT_THAT(r.detail, HasSubstr(std::string("remote_host \"") + host + "\" is "));
+    EXPECT_THAT(r.detail, HasSubstr("handoff.remote_host: pass"));
+    EXPECT_EQ(Reason(d, p, RemoteHostPolicy::kMatch), "remote_host_mismatch") << host;
+  }
+  json metadata = Descriptor();
+  metadata["remote_host"] = "169.254.169.254";
+  EXPECT_EQ(CheckDescriptor(metadata, p, RemoteHostPolicy::kPass).detail,
+            "remote_host \"169.254.169.254\" is a cloud metadata address, which a consumer is "
+            "never sent to (handoff.remote_host: pass)");
+  // rewrite: the producer's configured host replaces it before the check.
+  EXPECT_TRUE(ApplyRemoteHostPolicy(p, RemoteHostPolicy::kRewrite, &metadata));
+  EXPECT_EQ(Reason(metadata, p, RemoteHostPolicy::kRewrite), "");
+  // Loopback (vLLM's default advertisement) and ordinary hosts still pass.
+  for (const char* host : {"localhost", "127.0.0.1", "10.0.0.99", "prefill-1.svc"}) {
+    json d = Descriptor();
+    d["remote_host"] = host;
+    EXPECT_EQ(Reason(d, p, RemoteHostPolicy::kPass), "") << host;
+  }
+  const std::vector<std::string_view> reasons = DescriptorRejectionReasons();
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(), "forbidden_remote_host"), reasons.end());
 }
 
 TEST(DescriptorContractTest, PolicyNames) {

@@ -98,6 +98,9 @@ struct StatusCase {
   FailureReason reason;
   BreakerClass breaker_class;
   bool transient;
+  // 401/403/404/405/407: the engine refuses the router (issue: an engine
+  // with another API key or model must never read as the client's mistake).
+  bool refuses_router = false;
 };
 
 class ClassifyEngineStatusTest : public ::testing::TestWithParam<StatusCase> {};
@@ -118,17 +121,33 @@ TEST_P(ClassifyEngineStatusTest, Table) {
     EXPECT_EQ(f.transient, c.transient);
     EXPECT_EQ(f.evidence_iid, c.breaker_class == BreakerClass::kNone ? "" : "e1");
     EXPECT_THAT(f.detail, ::testing::HasSubstr("engine says no"));
-    EXPECT_EQ(f.cause, c.in_stream ? FailureCause::kStreamError : FailureCause::kEngineStatus);
+    EXPECT_EQ(f.cause, c.refuses_router ? FailureCause::kEngineRefusedRouter
+                       : c.in_stream    ? FailureCause::kStreamError
+                                        : FailureCause::kEngineStatus);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     B10, ClassifyEngineStatusTest,
     ::testing::Values(
-        StatusCase{408, false, 504, FailureReason::kEngineOverloaded, BreakerClass::kOverload, true},
-        StatusCase{429, false, 502, FailureReason::kEngineOverloaded, BreakerClass::kOverload, true},
+        StatusCase{408, false, 504, FailureReason::kEngineOverloaded, BreakerClass::kOverload,
+                   true},
+        StatusCase{429, false, 502, FailureReason::kEngineOverloaded, BreakerClass::kOverload,
+                   true},
         StatusCase{400, false, 400, FailureReason::kEngineRejected, BreakerClass::kNone, false},
-        StatusCase{404, false, 404, FailureReason::kEngineRejected, BreakerClass::kNone, false},
+        StatusCase{401, false, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                   true, true},
+        StatusCase{403, false, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                   true, true},
+        StatusCase{404, false, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                   true, true},
+        StatusCase{405, false, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                   true, true},
+        StatusCase{407, false, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                   true, true},
+        StatusCase{401, true, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
+                   true, true},
+        StatusCase{422, false, 422, FailureReason::kEngineRejected, BreakerClass::kNone, false},
         StatusCase{413, false, 413, FailureReason::kEngineRejected, BreakerClass::kNone, false},
         StatusCase{500, false, 502, FailureReason::kEngineError, BreakerClass::kInferenceStatus,
                    true},
@@ -150,6 +169,10 @@ TEST(ClassifyEngineStatusDetailTest, DetailNamesTheSource) {
             "engine returned HTTP 503: queue full");
   EXPECT_EQ(ClassifyEngineStatus(Phase::kDecode, "d0", 503, "queue full", true).detail,
             "engine stream error 503: queue full");
+  // An engine that refuses the router says so, and names what to check.
+  EXPECT_EQ(ClassifyEngineStatus(Phase::kDecode, "d0", 401, "Unauthorized", false).detail,
+            "engine returned HTTP 401: Unauthorized (the engine refuses the router: check "
+            "engine.api_key_env, the served model name and the engine's URL)");
   // A client-side refusal goes back with the engine's own message.
   EXPECT_EQ(ClassifyEngineStatus(Phase::kPrefill, "p0", 400, "prompt too long", false).detail,
             "prompt too long");

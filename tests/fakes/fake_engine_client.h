@@ -598,8 +598,15 @@ class FakeEngineClient : public engines::AsyncEngineClient {
     for (const DecodeEvent& e : step.events) {
       if (!AdvanceBefore(e.delay, options.request_deadline)) co_return deadline_failure();
       if (Cancelled(options)) co_return CancelledFailure(kPhase, iid);
-      engines::ClassifyEvent(e.data, &event);
+      // As the adapter: the repaired payload is relayed, a malformed one fails.
+      const std::string_view data = engines::ClassifyEvent(e.data, &event);
       switch (event.kind) {
+        case engines::EventKind::kMalformed:
+          co_return Fill(MakeEngineFailure(engines::FailureReason::kEngineError,
+                                           engines::BreakerClass::kStream,
+                                           engines::FailureCause::kMalformedStream,
+                                           "malformed stream: an event is not a JSON object", true),
+                         kPhase, iid, "");
         case engines::EventKind::kDone:
           if (first_token) co_return std::nullopt;
           co_return Fill(
@@ -617,7 +624,7 @@ class FakeEngineClient : public engines::AsyncEngineClient {
           break;
       }
       ++*delivered;
-      if (!observer.OnEvent(e.data, event)) co_return CancelledFailure(kPhase, iid);
+      if (!observer.OnEvent(data, event)) co_return CancelledFailure(kPhase, iid);
       // One scripted event per engine read: the observer hands it on.
       const bool taken = co_await observer.Flush();
       if (!taken) co_return CancelledFailure(kPhase, iid);

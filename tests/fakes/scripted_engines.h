@@ -297,7 +297,16 @@ class ScriptedEngines : public engines::EngineClient {
     bool token = false;
     engines::StreamEvent event;
     for (const std::string& payload : payloads) {
-      engines::ClassifyEvent(payload, &event);
+      // As the adapter: the repaired payload is relayed, a malformed one fails.
+      const std::string_view data = engines::ClassifyEvent(payload, &event);
+      if (event.kind == engines::EventKind::kMalformed) {
+        out.failure =
+            Fill(Failure(engines::FailureReason::kEngineError, engines::BreakerClass::kStream,
+                         engines::FailureCause::kMalformedStream,
+                         "malformed stream: an event is not a JSON object"),
+                 engines::Phase::kDecode, iid);
+        return out;
+      }
       if (event.kind == engines::EventKind::kDone) {
         if (token) return out;
         out.failure =
@@ -314,7 +323,7 @@ class ScriptedEngines : public engines::EngineClient {
         return out;
       }
       if (event.kind == engines::EventKind::kToken) token = true;
-      if (!observer.OnEvent(payload, event)) {
+      if (!observer.OnEvent(data, event)) {
         out.failure = Failure(engines::FailureReason::kCancelled, engines::BreakerClass::kNone,
                               engines::FailureCause::kNone, "client went away");
         out.failure->phase = engines::Phase::kDecode;

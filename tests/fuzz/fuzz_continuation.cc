@@ -13,7 +13,9 @@
 // engines/descriptor_contract.h states (restated below: do_remote_prefill
 // true, remote_engine_id, remote_request_id and remote_host non-empty
 // strings, remote_block_ids a list of non-negative integers or of such
-// lists, remote_port in 1..65535, sizes positive integers); parameters() is a detached copy; the decode body carries the
+// lists, remote_port in 1..65535, sizes positive integers, and under the
+// default `pass` policy a remote_host engines/remote_host_guard.h does not
+// forbid); parameters() is a detached copy; the decode body carries the
 // descriptor verbatim (or none with same_worker) and serialises; the
 // prefill body has exactly the B1 edits.
 #include <cstddef>
@@ -29,6 +31,7 @@
 #include "engines/http/connector.h"
 #include "engines/json_limits.h"
 #include "engines/prefill_result.h"
+#include "engines/remote_host_guard.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -81,6 +84,12 @@ bool ShapeValid(const json& d) {
   auto blocks = d.find("remote_block_ids");
   if (blocks == d.end() || !(IsIdList(*blocks) || IsListOfIdLists(*blocks))) return false;
   if (!NonEmptyString(d, "remote_request_id") || !NonEmptyString(d, "remote_host")) return false;
+  // `pass` forwards the host: never to an unspecified, link-local or
+  // metadata address.
+  if (!narwhal::engines::ForbiddenRemoteHostKind(d["remote_host"].get_ref<const std::string&>())
+           .empty()) {
+    return false;
+  }
   auto port = d.find("remote_port");
   if (port == d.end() || !IsPositive(*port) || port->get<unsigned long long>() > 65535) {
     return false;

@@ -9,11 +9,12 @@
 // message is done, and pipelined requests on the same buffer while the
 // client keeps the connection alive. The framing decisions ServeOne makes
 // between the head and the body (Content-Length with Transfer-Encoding, any
-// coding but a lone "chunked") are written inline in that coroutine and are
-// mirrored here. A complete generation request goes through the door's body
-// validation (server::ParseOpenAiRequest), as HttpRoutes::Admit does; a head
-// Beast refused goes through server::ParseRequestLine on the raw bytes, as
-// RefuseHead does.
+// coding but a lone "chunked", a chunked framing line that ends in a bare
+// LF, trailer fields past the head's limits) are written inline in that
+// coroutine and are mirrored here. A complete generation request goes
+// through the door's body validation (server::ParseOpenAiRequest), as
+// HttpRoutes::Admit does; a head Beast refused goes through
+// server::ParseRequestLine on the raw bytes, as RefuseHead does.
 //
 // Input: byte 0 picks the door limits (bits 0-1) and how many read-size
 // bytes follow (bits 2-4, cycled through; none = reads as large as the
@@ -190,11 +191,26 @@ bool ServeOne(ScriptedStream& stream, beast::flat_buffer& buffer, const HttpDoor
   if (parser.content_length()) FUZZ_CHECK(*parser.content_length() <= o.max_body_bytes);
 
   while (!parser.is_done() && !ec) {
+    // Connection::ParseBuffered: what is buffered is parsed first.
+    if (buffer.size() > 0) {
+      parser.eager(true);
+      buffer.consume(parser.put(buffer.data(), ec));
+      if (ec == http::error::need_more) ec = {};
+    }
+    if (ec || parser.is_done()) break;
+    const std::string_view pending(static_cast<const char*>(buffer.data().data()), buffer.size());
+    if (narwhal::server::BareLfInChunkedFraming(parser, pending)) {
+      FUZZ_CHECK(parser.chunked());
+      return false;  // 400
+    }
     http::read_some(stream, buffer, parser, ec);
     FUZZ_CHECK(buffer.size() <= cap);
     FUZZ_CHECK(request.body().size() <= o.max_body_bytes);
   }
   if (ec == http::error::body_limit) return false;  // 413
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    return false;  // 431: trailer fields count with the head's
+  }
   if (IsHttpSyntaxError(ec) && ec != http::error::partial_message &&
       ec != http::error::end_of_stream) {
     FUZZ_CHECK(!ec.message().empty());  // 400 "malformed HTTP request body: ..."

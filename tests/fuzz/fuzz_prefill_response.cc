@@ -113,7 +113,9 @@ void Failure(const std::string& response, int status) {
   FUZZ_CHECK(narwhal::engines::EngineText(message) == message);  // idempotent
   const narwhal::engines::EngineFailure f = narwhal::engines::ClassifyEngineStatus(
       narwhal::engines::Phase::kPrefill, "p0", status, message, /*in_stream=*/false);
-  FUZZ_CHECK(f.cause == narwhal::engines::FailureCause::kEngineStatus);
+  FUZZ_CHECK(f.cause == (narwhal::engines::EngineRefusesRouter(status)
+                             ? narwhal::engines::FailureCause::kEngineRefusedRouter
+                             : narwhal::engines::FailureCause::kEngineStatus));
   const int client_status = narwhal::server::FailureStatus(f);
   FUZZ_CHECK(client_status >= 400 && client_status <= 599);
   FUZZ_CHECK(f.engine_status == status);

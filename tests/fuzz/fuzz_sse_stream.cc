@@ -11,7 +11,10 @@
 //    points, and one byte at a time (short streams) yields the same events,
 //    the same comment count, the same error state and the same mid_event().
 //  - Feed() returns false exactly when the reader is in its error state, and
-//    a refused stream carries a message; no event exceeds the bound.
+//    a refused stream carries a message; no event exceeds the bound; the
+//    reader refuses a stream exactly when a line is longer than the bound
+//    plus 64 bytes or an event's data (its values joined by "\n") is longer
+//    than the bound (an event of exactly the bound is delivered).
 //  - Classification: every field is consistent with the kind (kMalformed
 //    carries nothing, only kToken counts tokens, kError has a 4xx/5xx
 //    status), copied-out text is no longer than the payload,
@@ -28,15 +31,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "engines/engine_failure.h"
 #include "engines/http/sse_reader.h"
 #include "engines/http/stream_classifier.h"
 #include "engines/json_limits.h"
+#include "engines/json_text_repair.h"
 #include "engines/stream_event.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -86,6 +90,39 @@ ReadResult Read(std::string_view stream, const std::vector<size_t>& cuts, size_t
   r.comments = reader.comments();
   r.mid_event = reader.mid_event();
   return r;
+}
+
+// Whether the reader must refuse `stream` (engines/http/sse_reader.h),
+// from the SSE grammar alone: a line (complete or not) longer than the bound
+// plus 64 bytes, or an event whose data is longer than the bound.
+bool OverBound(std::string_view stream, size_t bound) {
+  size_t data = 0;
+  bool has_data = false;
+  for (size_t at = 0;;) {
+    const size_t eol = stream.find_first_of("\r\n", at);
+    const std::string_view line =
+        stream.substr(at, (eol == std::string_view::npos ? stream.size() : eol) - at);
+    if (line.size() > bound + 64) return true;
+    if (eol == std::string_view::npos) return false;
+    at = eol + 1;
+    if (stream[eol] == '\r' && at < stream.size() && stream[at] == '\n') ++at;
+    if (line.empty()) {
+      data = 0;
+      has_data = false;
+      continue;
+    }
+    if (line.front() == ':') continue;
+    const size_t colon = line.find(':');
+    std::string_view value;
+    if (colon != std::string_view::npos) {
+      value = line.substr(colon + 1);
+      if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    }
+    if (line.substr(0, colon) != "data") continue;
+    data += (has_data ? 1 : 0) + value.size();
+    has_data = true;
+    if (data > bound) return true;
+  }
 }
 
 void CheckSame(const ReadResult& a, const ReadResult& b, const char* what) {
@@ -279,8 +316,10 @@ void CheckEvent(std::string_view data, const StreamEvent& e) {
                      Describe(e) + " for " + payload);
       break;
   }
-  FUZZ_CHECK_MSG(e.text.size() <= data.size() && e.finish_reason.size() <= data.size() &&
-                     e.error_message.size() <= data.size(),
+  // Text repaired with U+FFFD (three bytes for each byte it replaces) may
+  // be up to three times the payload.
+  FUZZ_CHECK_MSG(e.text.size() <= 3 * data.size() && e.finish_reason.size() <= 3 * data.size() &&
+                     e.error_message.size() <= 3 * data.size(),
                  Describe(e) + " for " + payload);
   FUZZ_CHECK_MSG(static_cast<size_t>(e.tokens) <= data.size(), payload);
   FUZZ_CHECK_MSG(e.choices >= 0 && static_cast<size_t>(e.choices) <= data.size(), payload);
@@ -312,6 +351,18 @@ void CheckAgainstReference(std::string_view data, const StreamEvent& e) {
                                         Describe(expected) + "\n  for " + Printable(data));
 }
 
+// The relayed payload is the engine's own unless its text was not valid
+// Unicode: then it is the repair (engines/json_text_repair.h) of it, valid
+// UTF-8, and an event that is no longer malformed.
+void CheckRelayed(std::string_view data, std::string_view relayed, const StreamEvent& e) {
+  if (relayed == data) return;
+  FUZZ_CHECK_MSG(e.kind != EventKind::kMalformed, Printable(data));
+  FUZZ_CHECK_MSG(narwhal::engines::IsValidUtf8(relayed), Printable(relayed));
+  std::string repaired;
+  narwhal::engines::RepairJsonText(data, &repaired);
+  FUZZ_CHECK(repaired == relayed);
+}
+
 void Run(const uint8_t* bytes, size_t size) {
   if (size == 0) return;
   const uint8_t control = bytes[0];
@@ -327,6 +378,9 @@ void Run(const uint8_t* bytes, size_t size) {
   for (size_t d : deltas) cuts.push_back(at += d);
 
   const ReadResult whole = Read(stream, {}, bound);
+  FUZZ_CHECK_MSG(whole.failed == OverBound(stream, bound),
+                 "bound " + std::to_string(bound) + ": " +
+                     (whole.failed ? whole.error : std::string("accepted")));
   CheckSame(whole, Read(stream, cuts, bound), "split");
   if (stream.size() <= 4096) {
     std::vector<size_t> every;
@@ -340,21 +394,23 @@ void Run(const uint8_t* bytes, size_t size) {
   StreamEvent fresh_event;
   StreamEvent thread_event;
   for (const std::string& data : whole.events) {
-    reused.Classify(data, &event);
+    const std::string relayed(reused.Classify(data, &event));
     CheckEvent(data, event);
+    CheckRelayed(data, relayed, event);
     StreamClassifier fresh;
-    fresh.Classify(data, &fresh_event);
+    FUZZ_CHECK(fresh.Classify(data, &fresh_event) == relayed);
     FUZZ_CHECK_MSG(Same(event, fresh_event),
                    "reused " + Describe(event) + " / fresh " + Describe(fresh_event));
-    ClassifyEvent(data, &thread_event);
+    FUZZ_CHECK(ClassifyEvent(data, &thread_event) == relayed);
     FUZZ_CHECK_MSG(Same(event, thread_event),
                    "reused " + Describe(event) + " / thread " + Describe(thread_event));
-    CheckAgainstReference(data, event);
+    CheckAgainstReference(relayed, event);
   }
   // The whole stream as one payload too (the bytes need not be SSE).
-  reused.Classify(stream, &event);
+  const std::string relayed(reused.Classify(stream, &event));
   CheckEvent(stream, event);
-  CheckAgainstReference(stream, event);
+  CheckRelayed(stream, relayed, event);
+  CheckAgainstReference(relayed, event);
 }
 
 }  // namespace

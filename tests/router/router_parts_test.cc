@@ -170,17 +170,19 @@ TEST_P(BreakerClearingTest, B17_SuccessClearsExactlyItsClasses) {
 INSTANTIATE_TEST_SUITE_P(
     ReferenceTable, BreakerClearingTest,
     ::testing::Values(
-        ClearingCase{"EngineRejected", Success::kEngineRejected,
+        ClearingCase{"EngineRejected",
+                     Success::kEngineRejected,
                      {BreakerClass::kConnection, BreakerClass::kInferenceStatus}},
-        ClearingCase{"Health", Success::kHealth,
+        ClearingCase{"Health", Success::kHealth, {BreakerClass::kLiveness}},
+        ClearingCase{"Liveness", Success::kLiveness, {BreakerClass::kLiveness}},
+        ClearingCase{"PrefillHandoff",
+                     Success::kPrefillHandoff,
                      {BreakerClass::kConnection, BreakerClass::kTimeout, BreakerClass::kOverload,
-                      BreakerClass::kLiveness}},
-        ClearingCase{"PrefillHandoff", Success::kPrefillHandoff,
-                     {BreakerClass::kConnection, BreakerClass::kInferenceStatus,
-                      BreakerClass::kKvHandoff}},
-        ClearingCase{"DecodeDone", Success::kDecodeDone,
-                     {BreakerClass::kConnection, BreakerClass::kInferenceStatus,
-                      BreakerClass::kStream}}),
+                      BreakerClass::kInferenceStatus, BreakerClass::kKvHandoff}},
+        ClearingCase{"DecodeDone",
+                     Success::kDecodeDone,
+                     {BreakerClass::kConnection, BreakerClass::kTimeout, BreakerClass::kOverload,
+                      BreakerClass::kInferenceStatus, BreakerClass::kStream}}),
     [](const ::testing::TestParamInfo<ClearingCase>& info) { return info.param.name; });
 
 TEST_F(BreakerBookTest, B15_QuarantineStartsAndExpires) {
@@ -306,6 +308,10 @@ TEST_F(BreakerBookTest, B17_TimeoutStreakAsksForAHealthProbeOnly) {
   ASSERT_EQ(tasks.size(), 1u);
   EXPECT_EQ(tasks[0].kind, ProbeKind::kHealth);
   book.CompleteProbe(0, ProbeKind::kHealth, ProbeOutcome::kPassed, "", "", t0_);
+  EXPECT_EQ(book.State(0, t0_), PlacementState::kServing);
+  // A health check does not clear inference evidence; a served leg does.
+  EXPECT_EQ(book.engine(0).streak[static_cast<int>(BreakerClass::kTimeout)], 3);
+  book.RecordSuccess(0, Success::kPrefillHandoff);
   EXPECT_EQ(book.engine(0).streak[static_cast<int>(BreakerClass::kTimeout)], 0);
 }
 
@@ -329,7 +335,10 @@ class FleetTest : public ::testing::Test {
     settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                          Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
   }
-  double Inflight(const std::string& iid, const std::string& phase) {
+  // The gauge as a scrape sees it: the fleet publishes the engines' load
+  // (atomics the request path keeps) before every scrape.
+  double Inflight(Fleet& fleet, const std::string& iid, const std::string& phase) {
+    fleet.PublishAll();
     return nt::MetricValue(registry_, "narwhal_engine_inflight", {{"iid", iid}, {"phase", phase}});
   }
 
@@ -346,12 +355,12 @@ TEST_F(FleetTest, B7_ReservationIsCountedAndReleasedOnce) {
     ASSERT_TRUE(r.has_value());
     const std::string iid = r->target().iid;
     EXPECT_EQ(r->target().url, "http://" + iid + ":8000");
-    EXPECT_EQ(Inflight(iid, "prefill"), 1);
+    EXPECT_EQ(Inflight(fleet, iid, "prefill"), 1);
     Fleet::Reservation moved = std::move(*r);
     EXPECT_FALSE(static_cast<bool>(*r));
     moved.Release();
     moved.Release();  // idempotent
-    EXPECT_EQ(Inflight(iid, "prefill"), 0);
+    EXPECT_EQ(Inflight(fleet, iid, "prefill"), 0);
   }
   {
     auto a = fleet.PickAndReserve(Phase::kDecode, {});
@@ -363,8 +372,8 @@ TEST_F(FleetTest, B7_ReservationIsCountedAndReleasedOnce) {
     EXPECT_EQ(s.inflight_prefill, 0);
     EXPECT_EQ(s.inflight_decode, 0);
   }
-  EXPECT_EQ(Inflight("d0", "decode"), 0);
-  EXPECT_EQ(Inflight("d1", "decode"), 0);
+  EXPECT_EQ(Inflight(fleet, "d0", "decode"), 0);
+  EXPECT_EQ(Inflight(fleet, "d1", "decode"), 0);
 }
 
 TEST_F(FleetTest, ExclusionAndAvoidance) {
@@ -475,9 +484,9 @@ TEST_F(FleetTest, ReadyWaitsForAnEngineOfEachRoleToPassACheck) {
   std::string why;
   EXPECT_FALSE(fleet.Ready(&why));
   EXPECT_EQ(why, "no engine of the prefill and decode roles has passed a health check yet");
-  EXPECT_FALSE(fleet.Checked(0));
+  EXPECT_FALSE(fleet.Checked("p0"));
   fleet.RecordSuccess("p0", Success::kHealth);
-  EXPECT_TRUE(fleet.Checked(0));
+  EXPECT_TRUE(fleet.Checked("p0"));
   EXPECT_FALSE(fleet.Ready(&why));
   EXPECT_EQ(why, "no engine of the decode role has passed a health check yet");
   // An engine that answered a 4xx is alive but has not passed a check.

@@ -38,7 +38,8 @@ TEST(ApiKeyTest, EmptyInputs) {
 TEST(ApiKeyTest, BearerNeedsTheSchemeAndTheExactKey) {
   EXPECT_TRUE(BearerMatches("Bearer s3cret-key", "s3cret-key"));
   EXPECT_FALSE(BearerMatches("Bearer s3cret-kez", "s3cret-key"));
-  EXPECT_FALSE(BearerMatches("Bearer s3cret-key ", "s3cret-key"));
+  EXPECT_FALSE(BearerMatches("Bearer  s3cret-key", "s3cret-key"));
+  EXPECT_FALSE(BearerMatches("Bearer\ts3cret-key", "s3cret-key"));
   EXPECT_FALSE(BearerMatches("Bearer s3cret-ke", "s3cret-key"));
   EXPECT_FALSE(BearerMatches("s3cret-key", "s3cret-key"));
   EXPECT_FALSE(BearerMatches("Basic s3cret-key", "s3cret-key"));
@@ -48,6 +49,17 @@ TEST(ApiKeyTest, BearerNeedsTheSchemeAndTheExactKey) {
   // An empty key is "no authentication": callers never ask, and it matches
   // nothing if they do.
   EXPECT_FALSE(BearerMatches("Bearer ", ""));
+}
+
+// One rule for both doors: whitespace around the value is not part of it
+// (the HTTP parser drops it; gRPC metadata keeps it, and it is dropped here).
+TEST(ApiKeyTest, WhitespaceAroundTheValueIsNotPartOfIt) {
+  EXPECT_TRUE(BearerMatches("Bearer s3cret-key ", "s3cret-key"));
+  EXPECT_TRUE(BearerMatches("  Bearer s3cret-key", "s3cret-key"));
+  EXPECT_TRUE(BearerMatches("\tBearer s3cret-key \t", "s3cret-key"));
+  EXPECT_FALSE(BearerMatches("Bearer s3cret-key x", "s3cret-key"));
+  EXPECT_FALSE(BearerMatches("   ", "s3cret-key"));
+  EXPECT_FALSE(BearerMatches(" Bearer  ", "s3cret-key"));
 }
 
 }  // namespace

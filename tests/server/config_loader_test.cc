@@ -84,12 +84,15 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.listen.http, b.listen.http);
   EXPECT_EQ(a.listen.grpc, b.listen.grpc);
   EXPECT_EQ(a.listen.admin, b.listen.admin);
+  EXPECT_EQ(a.listen.health, b.listen.health);
   ASSERT_EQ(a.engines.size(), b.engines.size());
   for (size_t i = 0; i < a.engines.size(); ++i) {
     EXPECT_EQ(a.engines[i].iid, b.engines[i].iid);
     EXPECT_EQ(a.engines[i].url, b.engines[i].url);
     EXPECT_EQ(a.engines[i].role, b.engines[i].role);
     EXPECT_EQ(a.engines[i].kv_engine_id, b.engines[i].kv_engine_id);
+    EXPECT_EQ(a.engines[i].dns, b.engines[i].dns);
+    EXPECT_EQ(a.engines[i].port, b.engines[i].port);
   }
   ASSERT_EQ(a.engine_contract.has_value(), b.engine_contract.has_value());
   if (a.engine_contract) {
@@ -135,6 +138,13 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.handoff.release, b.handoff.release);
   EXPECT_EQ(a.handoff.release_max_inflight, b.handoff.release_max_inflight);
   EXPECT_EQ(a.handoff.release_timeout_s, b.handoff.release_timeout_s);
+  EXPECT_EQ(a.discovery.dns_servers, b.discovery.dns_servers);
+  EXPECT_EQ(a.discovery.dns_refresh_s, b.discovery.dns_refresh_s);
+  EXPECT_EQ(a.discovery.dns_timeout_s, b.discovery.dns_timeout_s);
+  EXPECT_EQ(a.membership.join_checks, b.membership.join_checks);
+  EXPECT_EQ(a.membership.drain_timeout_s, b.membership.drain_timeout_s);
+  EXPECT_EQ(a.membership.remember_s, b.membership.remember_s);
+  EXPECT_EQ(a.membership.config_poll_s, b.membership.config_poll_s);
 }
 
 // Removes annotation keys ("_...") at every level.
@@ -251,7 +261,7 @@ TEST(ConfigJson, DefaultsRoundTrip) {
 TEST(ConfigJson, EveryFieldRoundTrips) {
   Settings s = MustParse(MinimalConfig());
   s.model = "org/model";
-  s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3"};
+  s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3", "127.0.0.1:4"};
   s.engines = {{"a", "http://[::1]:9", Role::kBoth, "engine-a"}, {"b", "http://h:10", Role::kDecode}};
   s.handoff = {"rewrite", 40};
   s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "NixlConnector", "fp"};
@@ -265,6 +275,15 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.admin.token_env = "ADMIN_TOKEN";
   s.engine = {1.25, 0, 3, 4, "NixlConnector", "ENGINE_KEY"};
   s.recovery = {5, 2.5, 1, 3, 4, RestartPolicy::kWholeWave};
+  router::EngineSettings group;
+  group.iid = "g";
+  group.dns = "decode.llm.svc.cluster.local.";
+  group.port = 8000;
+  group.role = Role::kDecode;
+  group.kv_engine_id = "kv-g";
+  s.engines.push_back(group);
+  s.discovery = {{"10.96.0.10:53", "[fd00::a]:5353"}, 7.5, 1.5};
+  s.membership = {false, 12, 0, 0};
   ExpectSettingsEq(s, MustParse(SettingsToJson(s)));
 }
 
@@ -276,6 +295,10 @@ TEST(ConfigJson, SettingsToJsonListsEveryKey) {
   EXPECT_EQ(out["recovery"].size(), 6u);
   EXPECT_EQ(out["listen"].size(), 3u);
   EXPECT_EQ(out["admin"].size(), 5u);
+  EXPECT_EQ(out["discovery"], json::parse(R"({"dns_servers": [], "dns_refresh_s": 5,
+      "dns_timeout_s": 2})"));
+  EXPECT_EQ(out["membership"], json::parse(R"({"join_checks": true, "drain_timeout_s": 30,
+      "remember_s": 600, "config_poll_s": 2})"));
   EXPECT_EQ(out["engines"][0]["role"], "prefill");
   EXPECT_EQ(out["recovery"]["engine_restart_policy"], "individual");
 }
@@ -1016,7 +1039,8 @@ TEST(ConfigStrict, InvalidKeyAddsNoSecondMessage) {
   config["engines"][0]["role"] = 7;
   config["engines"][1].erase("url");
   EXPECT_EQ(ErrorOf(config),
-            "config: engines[0].role must be a string (got integer); engines[1].url is required");
+            "config: engines[0].role must be a string (got integer); engines[1].url is required "
+            "(or engines[1].dns with engines[1].port)");
 }
 
 // ---------------------------------------------------------------------------
@@ -1212,17 +1236,41 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
       "", "engine_contract",
       {{"vllm_version", "v"}, {"model", "m"}, {"max_model_len", 7}, {"system_fingerprint", "fp"}});
   config["engines"][0]["kv_engine_id"] = "engine-p0";
+  config["engines"].push_back(
+      {{"iid", "g"}, {"dns", "g.svc"}, {"port", 80}, {"kv_engine_id", "engine-g"}});
+  config["listen"] = {{"health", "127.0.0.1:8081"}};
+  config["discovery"] = {{"dns_servers", {"127.0.0.1:53"}}};
   Settings s = MustParse(config);
   const config::v1::FleetConfig proto = SettingsToProto(s);
-  // Every field of every message is present.
-  std::vector<const google::protobuf::Message*> messages = {
-      &proto,           &proto.listen(), &proto.engines(0), &proto.engine_contract(),
-      &proto.serving(), &proto.admin(),  &proto.engine(),   &proto.recovery(),
-      &proto.handoff()};
+  // Every field of every message is present; an engine has its url or its
+  // dns and port.
+  std::vector<const google::protobuf::Message*> messages = {&proto,
+                                                            &proto.listen(),
+                                                            &proto.engines(0),
+                                                            &proto.engines(2),
+                                                            &proto.serving(),
+                                                            &proto.admin(),
+                                                            &proto.engine(),
+                                                            &proto.recovery(),
+                                                            &proto.handoff(),
+                                                            &proto.limits(),
+                                                            &proto.placement(),
+                                                            &proto.links(),
+                                                            &proto.discovery(),
+                                                            &proto.membership(),
+                                                            &proto.engine_contract()};
   for (const google::protobuf::Message* m : messages) {
     const google::protobuf::Descriptor* d = m->GetDescriptor();
     for (int i = 0; i < d->field_count(); ++i) {
       const google::protobuf::FieldDescriptor* f = d->field(i);
+      if (m == &proto.engines(0) && (f->name() == "dns" || f->name() == "port")) {
+        EXPECT_FALSE(m->GetReflection()->HasField(*m, f)) << f->full_name();
+        continue;
+      }
+      if (m == &proto.engines(2) && f->name() == "url") {
+        EXPECT_FALSE(m->GetReflection()->HasField(*m, f)) << f->full_name();
+        continue;
+      }
       if (f->is_repeated()) {
         EXPECT_GT(m->GetReflection()->FieldSize(*m, f), 0) << f->full_name();
       } else {

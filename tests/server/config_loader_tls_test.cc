@@ -2,16 +2,20 @@
 // PEM, and the key the certificate's — every problem reported with its key
 // path, before anything could be bound (server/config_loader,
 // server/tls_files). Certificates are made at test time.
+#include <fcntl.h>
+#include <gtest/gtest.h>
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <memory>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "server/config_loader.h"
 #include "server/tls_files.h"
@@ -103,8 +107,41 @@ TEST_F(ConfigLoaderTlsTest, MissingFilesAreNamedWithTheirKeys) {
             "config: tls.key_file \"" + key + "\": cannot read: No such file or directory");
   // Both at once; a directory is not a file.
   EXPECT_EQ(Refusal({{"cert_file", dir_}, {"key_file", key}}),
-            "config: tls.cert_file \"" + dir_ + "\": cannot read: not a regular file; " +
-                "tls.key_file \"" + key + "\": cannot read: No such file or directory");
+            "config: tls.cert_file \"" + dir_ +
+                "\": cannot read: not a regular file (a directory); " + "tls.key_file \"" + key +
+                "\": cannot read: No such file or directory");
+}
+
+// A FIFO would block the read until a writer came (start-up hung forever):
+// anything but a regular file is refused before it is opened, and a file is
+// read only up to 1 MiB. A symlink to a regular file (a Kubernetes Secret
+// mount) is read through.
+TEST_F(ConfigLoaderTlsTest, OnlyBoundedRegularFilesAreRead) {
+  const std::string fifo = Path("cert.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto refused = std::async(std::launch::async, [&] {
+    return Refusal({{"cert_file", fifo}, {"key_file", cert_.key_file}});
+  });
+  if (refused.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Unblock the stuck open so that the test can end, then fail.
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+    FAIL() << "reading a FIFO as tls.cert_file blocked";
+  }
+  EXPECT_EQ(refused.get(),
+            "config: tls.cert_file \"" + fifo + "\": cannot read: not a regular file (a FIFO)");
+
+  const std::string big = Path("big.pem");
+  ASSERT_TRUE(nt::WriteTextFile(big, cert_.cert_pem + std::string((1 << 20) + 1, '\n')));
+  EXPECT_EQ(Refusal({{"cert_file", big}, {"key_file", cert_.key_file}}),
+            "config: tls.cert_file \"" + big + "\": cannot read: larger than 1048576 bytes");
+
+  const std::string link = Path("linked.crt");
+  ASSERT_EQ(::symlink(cert_.cert_file.c_str(), link.c_str()), 0);
+  auto settings =
+      ParseFleetConfig(Config({{"cert_file", link}, {"key_file", cert_.key_file}}).dump());
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->tls.cert_file, link);
 }
 
 TEST_F(ConfigLoaderTlsTest, FilesThatAreNotPemAreRefused) {

@@ -166,7 +166,7 @@ TEST_F(DoorLimitsTest, ApiKeyMustMatchExactlyOnBothDoors) {
   for (const std::string& wrong :
        {std::string("Bearer x3cret-key"), std::string("Bearer s3cret-kez"),
         std::string("Bearer s3cret-ke"), std::string("Bearer s3cret-key2"), std::string("Bearer "),
-        std::string("s3cret-key")}) {
+        std::string("s3cret-key"), std::string("Bearer  s3cret-key")}) {
     SCOPED_TRACE(wrong);
     ExpectHttpRefused("/v1/completions", body, 401, "", "invalid or missing API key",
                       "Authorization: " + wrong + "\r\n");
@@ -184,6 +184,27 @@ TEST_F(DoorLimitsTest, ApiKeyMustMatchExactlyOnBothDoors) {
   fake_.QueueDecode(nt::DecodeStep::Stream({nt::CompletionChunk(" a", "stop")}));
   const grpc::Status ok = Complete(GrpcPrompt(), "Bearer s3cret-key");
   EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
+// One rule on both doors: spaces around the value are not part of it. The
+// HTTP parser drops them; gRPC metadata keeps them, and they used to make
+// the same key a 401 there only.
+TEST_F(DoorLimitsTest, ApiKeyWithSurroundingSpacesIsTheSameKeyOnBothDoors) {
+  StartBoth("s3cret-key");
+  const json body = {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 4}};
+  for (const std::string& padded :
+       {std::string("Bearer s3cret-key "), std::string(" Bearer s3cret-key  ")}) {
+    SCOPED_TRACE("[" + padded + "]");
+    fake_.QueuePrefill(nt::PrefillStep::Ok());
+    fake_.QueueDecode(nt::DecodeStep::Stream({nt::CompletionChunk(" a", "stop")}));
+    auto r = Exchange(Post("/v1/completions", body.dump(), "Authorization: " + padded + "\r\n"));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    fake_.QueuePrefill(nt::PrefillStep::Ok());
+    fake_.QueueDecode(nt::DecodeStep::Stream({nt::CompletionChunk(" a", "stop")}));
+    const grpc::Status ok = Complete(GrpcPrompt(), padded);
+    EXPECT_TRUE(ok.ok()) << ok.error_message();
+  }
 }
 
 }  // namespace

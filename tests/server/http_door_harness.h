@@ -95,7 +95,7 @@ class HttpDoorTest : public ::testing::Test {
     ASSERT_GE(fd, 0);
     ::close(fd);
     journal_path_ = path;
-    auto journal = router::Journal::Open(journal_path_);
+    auto journal = router::Journal::Open(journal_path_, journal_options_);
     ASSERT_TRUE(journal.ok()) << journal.status();
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
@@ -169,6 +169,7 @@ class HttpDoorTest : public ::testing::Test {
   nt::FakeEngineClient fake_;
   prometheus::Registry registry_;
   std::string journal_path_;
+  router::JournalOptions journal_options_;  // set before Start()
   std::unique_ptr<router::Journal> journal_;
   std::unique_ptr<router::Fleet> fleet_;
   const StatusTableJournal journal_status_;

@@ -546,6 +546,7 @@ TEST_F(HttpDoorTest, MalformedRequestLineIs400) {
 TEST_F(HttpDoorTest, ConnectionsBeyondTheCapAreRefusedAtOnce) {
   HttpDoorOptions options = FastOptions();
   options.max_connections = 3;
+  options.reserve_connections = 0;  // the probe reserve: http_door_capacity_test
   options.header_timeout = 30s;
   Start(options);
   std::vector<std::unique_ptr<RawHttpClient>> held;

@@ -1,15 +1,18 @@
 // The HTTP door's framing refusals and the journal: every refusal of a
 // generation request whose request line arrived — bad header syntax, bad
-// chunk encoding, Content-Length with Transfer-Encoding, an unsupported
+// chunk encoding (a bare LF in chunked framing included), too many trailer
+// fields (431), Content-Length with Transfer-Encoding, an unsupported
 // coding, a bad Content-Length, too many or too large headers (431), a body
 // over the limit (413), headers that stop arriving (408) — writes one row,
 // `terminal: invalid`, with the status sent and the x-request-id sent; a
 // byte stream that never made a request line writes none.
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "server/http/request_parser.h"
 #include "server/http/routes.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/server/http_door_harness.h"
 
 namespace narwhal::server::http_door_test {
@@ -17,6 +20,10 @@ namespace {
 
 class HttpDoorFramingJournalTest : public HttpDoorTest {
  protected:
+  // The journal's clock when a test sets it (it outlives the journal,
+  // which TearDown closes).
+  nt::FakeClock journal_clock_;
+
   // Sends `bytes` on a fresh connection and expects `status`, the connection
   // closed after it, and one journal row for it.
   void ExpectJournaledRefusal(const std::string& bytes, int status, const std::string& reason,
@@ -86,6 +93,47 @@ TEST_F(HttpDoorFramingJournalTest, BadChunkEncodingIs400AndJournaled) {
   ExpectJournaledRefusal(
       std::string(kHead) + "Transfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n", 400,
       "malformed_http");
+}
+
+// Beast ends chunked framing lines only at CRLF and waits past a bare LF:
+// such a body used to hang until the silence bound and be closed with no
+// answer and no row. The door now answers at once, as for other framing
+// errors — in a chunk-size line, in the last chunk's line, in a trailer.
+TEST_F(HttpDoorFramingJournalTest, BareLfInChunkedFramingIs400AndJournaledAtOnce) {
+  Start();  // header_timeout (the body's silence bound): 300 ms
+  const std::string chunked = std::string(kHead) + "Transfer-Encoding: chunked\r\n\r\n";
+  for (const std::string& body :
+       {std::string("5\nhello\n0\n\n"), std::string("5\r\nhello\r\n0\n\n"),
+        std::string("5\r\nhello\r\n0\r\n\n"), std::string("5\r\nhello\r\n0\r\nX-T: v\n\r\n")}) {
+    const auto started = SteadyClock::now();
+    ExpectJournaledRefusal(chunked + body, 400, "malformed_http");
+    EXPECT_LT(SteadyClock::now() - started, 250ms) << "answered only at the silence bound";
+  }
+  const std::vector<json> rows = JournalRows();
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.back()["error"],
+            "malformed HTTP request body: a chunked framing line ends in a bare LF (CRLF "
+            "required)");
+  // A bare LF inside chunk data is data.
+  auto r = Exchange(std::string(kHead) + "Content-Type: application/json\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n4\r\n{\n}\n\r\n0\r\n\r\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;  // valid framing, but not a valid request
+  EXPECT_EQ(r->body.find("malformed HTTP"), std::string::npos) << r->body;
+}
+
+// Trailer fields count with the head's against serving.max_headers: past it
+// the refusal is the head's 431, not a 400.
+TEST_F(HttpDoorFramingJournalTest, TooManyTrailerFieldsAre431AndJournaled) {
+  Start();  // max_headers: 20
+  std::string trailer;
+  for (int i = 0; i < 25; ++i) trailer += "X-T" + std::to_string(i) + ": v\r\n";
+  ExpectJournaledRefusal(std::string(kHead) + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n" +
+                             trailer + "\r\n",
+                         431, "headers_too_large");
+  const std::vector<json> rows = JournalRows();
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.back()["error"], "request has more than serving.max_headers (20) header fields");
 }
 
 TEST_F(HttpDoorFramingJournalTest, ContentLengthWithTransferEncodingIs400AndJournaled) {
@@ -190,6 +238,36 @@ TEST_F(HttpDoorFramingJournalTest, ParseRequestLineAcceptsOnlyWellFormedLines) {
         " / HTTP/1.1\r\n", "POST / HTTP/1.1 \r\n", "(POST) / HTTP/1.1\r\n", ""}) {
     EXPECT_FALSE(ParseRequestLine(bad, &out)) << bad;
   }
+}
+
+// A flood of framing refusals writes at most refusal_rows_per_s rows a
+// second per reason; the rest are counted into one refusals_suppressed row
+// (the journal's clock is a fake one here: the flood is one instant).
+TEST_F(HttpDoorFramingJournalTest, FramingRefusalFloodIsRateLimitedWithASummaryRow) {
+  journal_options_.clock = &journal_clock_;
+  journal_options_.refusal_rows_per_s = 10;
+  Start();
+  constexpr int kFlood = 25;
+  for (int i = 0; i < kFlood; ++i) {
+    auto c = Connect();
+    c->Send(std::string(kHead) + "Content-Length: 12abc\r\n\r\n{}");
+    auto r = c->Read(3000ms);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);  // every client still gets its answer
+  }
+  EXPECT_EQ(JournalRows().size(), 10u);
+  journal_clock_.Advance(1s);
+  journal_->Flush();
+  std::vector<json> events;
+  std::ifstream in(journal_path_);
+  for (std::string line; std::getline(in, line);) {
+    json row = json::parse(line, nullptr, false);
+    if (row.is_object() && row.contains("event")) events.push_back(std::move(row));
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["event"], "refusals_suppressed");
+  EXPECT_EQ(events[0]["reason"], "malformed_http");
+  EXPECT_EQ(events[0]["count"], kFlood - 10);
 }
 
 TEST_F(HttpDoorFramingJournalTest, NormalRequestsStillServedAndJournaledOnce) {

@@ -6,6 +6,7 @@
 #include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "narwhal/config/v1/config.pb.h"
+#include "router/common/settings_diff.h"
 #include "server/config_loader.h"
 
 namespace narwhal::server {
@@ -66,6 +68,8 @@ std::string ValidCell(const FieldDescriptor& f) {
       return Range(doc, true);
     case FieldDescriptor::CPPTYPE_DOUBLE:
       return Range(doc, false);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "`true`, `false`";
     case FieldDescriptor::CPPTYPE_STRING: {
       std::vector<std::string> parts;
       if (doc.choices_size() > 0) {
@@ -171,7 +175,7 @@ TEST(ReadmeConfigTest, EveryKeyIsDocumented) {
                EXPECT_EQ(doc.meaning().find('|'), std::string::npos) << key;
                EXPECT_EQ(doc.form().find('|'), std::string::npos) << key;
                // Every value of the file is a scalar or a documented section.
-               if (f.cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+               if (f.cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE && !f.is_repeated()) {
                  EXPECT_TRUE(f.has_presence()) << key << " must be `optional` (absent vs zero)";
                }
              });
@@ -184,7 +188,7 @@ void Flatten(const json& j, const std::string& prefix, std::map<std::string, jso
     const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (it->is_object()) {
       Flatten(*it, key, out);
-    } else if (it->is_array()) {
+    } else if (it->is_array() && !it->empty() && it->front().is_structured()) {
       for (const json& entry : *it) Flatten(entry, key + "[]", out);
     } else {
       (*out)[key] = *it;
@@ -193,10 +197,13 @@ void Flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 }
 
 TEST(ReadmeConfigTest, SchemaDefaultsAreTheLoadersDefaults) {
-  // The smallest file: the required keys, and the contract pinned by its one
-  // required key.
-  auto settings = ParseFleetConfig(R"({"model": "m", "engines": [{"iid": "e0",
+  // The smallest file: the required keys, an engine's url (or its dns and
+  // port), and the contract pinned by its one required key.
+  const json smallest = json::parse(R"({"model": "m", "engines": [{"iid": "e0",
       "url": "http://127.0.0.1:1"}], "engine_contract": {"vllm_version": "v"}})");
+  std::map<std::string, json> given;
+  Flatten(smallest, "", &given);
+  auto settings = ParseFleetConfig(smallest.dump());
   ASSERT_TRUE(settings.ok()) << settings.status();
   std::map<std::string, json> effective;
   Flatten(SettingsToJson(*settings), "", &effective);
@@ -220,12 +227,18 @@ TEST(ReadmeConfigTest, SchemaDefaultsAreTheLoadersDefaults) {
                }
                const auto it = effective.find(key);
                if (d == "unset") {
-                 EXPECT_EQ(it, effective.end()) << key << " should have no default";
+                 if (!given.count(key)) {
+                   EXPECT_EQ(it, effective.end()) << key << " should have no default";
+                 }
                  return;
                }
                ASSERT_NE(it, effective.end()) << "the loader gives " << key << " no value";
                ++checked;
-               if (it->second.is_number()) {
+               if (it->second.is_boolean()) {
+                 EXPECT_EQ(d, it->second.get<bool>() ? "true" : "false") << key;
+               } else if (it->second.is_array()) {
+                 EXPECT_EQ(json::parse(d), it->second) << key;
+               } else if (it->second.is_number()) {
                  EXPECT_EQ(std::stod(d), it->second.get<double>()) << key;
                } else if (it->second.is_string()) {
                  EXPECT_EQ(d == "\"\"" ? std::string() : d, it->second.get<std::string>()) << key;
@@ -240,6 +253,54 @@ TEST(ReadmeConfigTest, SchemaDefaultsAreTheLoadersDefaults) {
     ForEachKey(*pb::FleetConfig::descriptor(), "",
                [&](const std::string& k, const FieldDescriptor&) { known |= k == key; });
     EXPECT_TRUE(known) << key;
+  }
+}
+
+// A reload compares every key of the schema (router/common/settings_diff),
+// in the schema's order; engines are compared by iid instead.
+TEST(ReadmeConfigTest, ReloadComparesEveryKey) {
+  std::vector<std::string> keys;
+  ForEachKey(*pb::FleetConfig::descriptor(), "",
+             [&](const std::string& key, const FieldDescriptor& f) {
+               if (key == "engines" || key.rfind("engines[]", 0) == 0 || !HasRow(f)) return;
+               keys.push_back(key);
+             });
+  EXPECT_EQ(router::DiffedKeys(), keys);
+}
+
+// The README's "Live reload" section lists the keys that need a restart:
+// exactly router::RestartKeyPatterns().
+TEST(ReadmeConfigTest, RestartKeysAreTheReadmesList) {
+  std::ifstream in(std::string(NARWHAL_SOURCE_DIR) + "/README.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const size_t start = readme.find("\n### Live reload\n");
+  ASSERT_NE(start, std::string::npos) << "README.md has no \"### Live reload\" section";
+  const size_t list = readme.find("need a restart:", start);
+  ASSERT_NE(list, std::string::npos);
+  // The list ends with its sentence: at ". " or ";".
+  const size_t end = std::min(readme.find(". ", list), readme.find(';', list));
+  const std::string line = readme.substr(list, end - list);
+  std::vector<std::string> listed;
+  for (size_t at = line.find('`'); at != std::string::npos; at = line.find('`', at + 1)) {
+    const size_t end = line.find('`', at + 1);
+    if (end == std::string::npos) break;
+    listed.push_back(line.substr(at + 1, end - at - 1));
+    at = end;
+  }
+  std::vector<std::string> table;
+  for (std::string_view p : router::RestartKeyPatterns()) table.emplace_back(p);
+  EXPECT_EQ(listed, table) << line;
+  // Every pattern names keys of the schema.
+  for (const std::string& pattern : table) {
+    bool matches = false;
+    ForEachKey(
+        *pb::FleetConfig::descriptor(), "", [&](const std::string& key, const FieldDescriptor&) {
+          matches |= router::NeedsRestart(key) &&
+                     (key == pattern || key.rfind(pattern.substr(0, pattern.size() - 1), 0) == 0);
+        });
+    EXPECT_TRUE(matches) << pattern;
   }
 }
 

@@ -113,6 +113,12 @@ const Case kCases[] = {
      504, "prefill", kDeadlineExceeded, false, 504},
     {"ReadTimeoutAfterOutput", kFailed, Reason::kEngineTimeout, kD, true,
      FailureCause::kReadTimeout, 0, 504, "decode", kDeadlineExceeded, false, 504},
+    // An engine that refuses the router (its key, model or path) is a
+    // fault of the leg, never the client's own 401/404.
+    {"EngineRefusesRouter401Prefill", kFailed, Reason::kEngineError, kP, false,
+     FailureCause::kEngineRefusedRouter, 401, 502, "prefill", kUnavailable, false, 502},
+    {"EngineRefusesRouter404Decode", kFailed, Reason::kEngineError, kD, false,
+     FailureCause::kEngineRefusedRouter, 404, 502, "decode", kUnavailable, false, 502},
     {"StreamError503Prefill", kFailed, Reason::kEngineError, kP, false, kStream, 503, 503,
      "prefill", kUnavailable, true, 503},
     {"StreamError500Decode", kFailed, Reason::kEngineError, kD, false, kStream, 500, 500, "decode",

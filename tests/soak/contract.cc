@@ -63,6 +63,10 @@ bool PrematureCancelRow(const json& row) {
 
 const char* DoorName(Door door) { return door == Door::kHttp ? "http" : "grpc"; }
 
+// The journal reason of a refusal the client saw as `status`, whose row may
+// have been counted into a summary instead ("" when none may be).
+std::string SuppressibleReason(int status) { return status == 429 ? "inflight_limit" : ""; }
+
 // The status the client finally saw: the HTTP status, a committed stream's
 // terminal event code, or the gRPC ErrorInfo's status (200 for OK).
 int FinalStatus(const RequestRecord& r) {
@@ -98,8 +102,19 @@ std::string Describe(const RequestRecord& r, const json* row) {
 
 }  // namespace
 
+std::map<std::string, long long> SuppressedRefusals(const std::vector<json>& event_rows) {
+  std::map<std::string, long long> out;
+  for (const json& row : event_rows) {
+    if (!row.is_object() || row.value("event", "") != "refusals_suppressed") continue;
+    const json count = row.value("count", json());
+    if (count.is_number_integer()) out[row.value("reason", "")] += count.get<long long>();
+  }
+  return out;
+}
+
 ContractReport CheckContract(const std::vector<RequestRecord>& records,
-                             const std::vector<json>& terminal_rows) {
+                             const std::vector<json>& terminal_rows,
+                             std::map<std::string, long long> suppressed) {
   ContractReport report;
   report.requests = static_cast<int>(records.size());
   report.journal_rows = static_cast<int>(terminal_rows.size());
@@ -133,7 +148,8 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
     // Early abort, nothing seen from the router: maybe it never saw the
     // request; or a gRPC call whose premature-cancel row has the rid the
     // client saw.
-    const bool unseen = r.aborted && rows.empty() && r.plan.abort_after <= kEarlyAbort &&
+    const absl::Duration early = r.plan.door == Door::kGrpc ? kGrpcEarlyAbort : kEarlyAbort;
+    const bool unseen = r.aborted && rows.empty() && r.plan.abort_after <= early &&
                         r.http_status == 0 &&
                         (r.rid.empty() || premature_rids.count(r.rid) == 1);
     if (unseen) {
@@ -141,6 +157,19 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
       ++report.aborted_unseen;
       if (r.plan.door == Door::kGrpc) ++report.premature_cancel_rows;  // may pair with a row
       continue;
+    }
+    if (r.invalid_utf8) add("generated text that is not valid UTF-8 reached the client", nullptr);
+    if (r.repaired_text) ++report.repaired_text;
+    // A refusal whose row a summary counted instead.
+    if (rows.empty()) {
+      const int seen = r.aborted ? r.http_status : FinalStatus(r);
+      const std::string reason = SuppressibleReason(seen);
+      if (!reason.empty() && suppressed[reason] > 0) {
+        --suppressed[reason];
+        ++report.suppressed_rows;
+        if (r.aborted) ++report.aborted;
+        continue;
+      }
     }
     if (rows.size() != 1) {
       add(absl::StrCat(rows.size(), " journal rows (expected 1)"),
@@ -204,6 +233,19 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
         " gRPC call(s) cancelled before their request message arrived were journaled "
         "invalid/400 \"the call carried no request message\" instead of cancelled "
         "(known router issue, tolerated), e.g. ", premature.front()->dump().substr(0, 400)));
+  }
+  for (const auto& [reason, left] : suppressed) {
+    // A request that went away before it saw its refusal is not matched.
+    if (left > 0) {
+      report.notes.push_back(absl::StrCat(left, " suppressed ", reason,
+                                          " refusal row(s) matched no request without a row "
+                                          "(their clients went away early)"));
+    }
+    if (left > report.aborted_unseen) {
+      report.violations.push_back(absl::StrCat(
+          "refusals_suppressed rows count ", left, " more ", reason,
+          " refusals than requests without a row (", report.aborted_unseen, " unseen)"));
+    }
   }
   const int judged = report.aborted - report.aborted_unseen;
   if (judged > 0 && report.aborted_cancelled < kMinCancelledShare * judged) {

@@ -61,7 +61,13 @@ class EngineMonitor::Impl {
       last = e.state();
       timeline_[e.iid()].emplace_back(now, e.state());
     }
+    current_ = states;
     return states;
+  }
+
+  std::map<std::string, std::string> CurrentStates() const {
+    absl::MutexLock lock(&mu_);
+    return current_;
   }
 
   std::string WaitAllServing(absl::Duration timeout) {
@@ -123,6 +129,7 @@ class EngineMonitor::Impl {
   mutable absl::Mutex mu_;
   EngineMonitorStats stats_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> last_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> current_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<std::pair<absl::Time, std::string>>> timeline_
       ABSL_GUARDED_BY(mu_);
 };
@@ -138,6 +145,9 @@ std::string EngineMonitor::WaitAllServing(absl::Duration timeout) {
 EngineMonitorStats EngineMonitor::stats() const { return impl_->stats(); }
 std::map<std::string, std::string> EngineMonitor::LastStates() const {
   return impl_->LastStates();
+}
+std::map<std::string, std::string> EngineMonitor::CurrentStates() const {
+  return impl_->CurrentStates();
 }
 std::vector<RecoveryLatency> EngineMonitor::Latencies(
     const std::vector<Recovery>& recoveries) const {

@@ -53,8 +53,11 @@ class EngineMonitor {
   // seen last, "" when all serve.
   std::string WaitAllServing(absl::Duration timeout);
 
-  // Each engine's state at the last poll (iid -> "serving", "held", ...).
+  // Each engine's last known state (iid -> "serving", "held", ...),
+  // engines that left the fleet included.
   std::map<std::string, std::string> LastStates() const;
+  // The engines of the last successful poll only, with their states.
+  std::map<std::string, std::string> CurrentStates() const;
 
   EngineMonitorStats stats() const;
   // For each recovery: when that engine was next seen serving.

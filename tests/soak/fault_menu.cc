@@ -22,7 +22,7 @@ const std::vector<std::string>& AllFaultKinds() {
       "silent_before_first_token", "metadata_then_silence", "stall_after_tokens",
       "close_before_done", "done_before_token",   "error_in_stream",
       "no_descriptor",     "descriptor_without_engine_id", "malformed_block_ids",
-      "slow_tokens",
+      "slow_tokens",       "invalid_text",
   };
   return kKinds;
 }
@@ -67,6 +67,12 @@ json RandomFaultRule(const std::string& kind, std::mt19937_64& rng) {
     // beyond it.
     rule["phase"] = "decode";
     rule["interval_ms"] = Pick<int>(rng, {40, 80, 150, 300, 600, 2000});
+  } else if (kind == "invalid_text") {
+    // A token's text that is not valid Unicode (a raw byte, or a lone
+    // surrogate escape): the router relays it repaired with U+FFFD.
+    rule["phase"] = "decode";
+    rule["at_token"] = Uniform(rng, 0, 6);
+    rule["shape"] = Pick<std::string>(rng, {"raw_byte", "lone_surrogate"});
   } else {  // no_descriptor, descriptor_without_engine_id, malformed_block_ids
     rule["phase"] = "prefill";
   }

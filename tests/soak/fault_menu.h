@@ -12,7 +12,7 @@
 
 namespace narwhal::soak {
 
-// The thirteen kinds, in the order of SPEC §10.
+// The thirteen kinds, in the order of SPEC §10, then invalid_text.
 const std::vector<std::string>& AllFaultKinds();
 
 // A rule {"kind", "phase", "times", ...params} of `kind`; `times` 1..4.

@@ -66,6 +66,9 @@ nlohmann::json SoakFleetConfig(const std::vector<SoakEngine>& engines) {
         {"readmit_interval_s", 0.5},
         {"liveness_interval_s", 1},
         {"liveness_misses", 2}}},
+      // Engines that leave (tests/soak/membership.h) finish their legs:
+      // the drain outlasts any request's deadline.
+      {"membership", {{"drain_timeout_s", 2 * kRequestTimeoutS}}},
   };
 }
 

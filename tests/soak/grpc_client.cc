@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "google/rpc/status.pb.h"
 #include "narwhal/v1/inference.grpc.pb.h"
+#include "tests/soak/text_check.h"
 
 namespace narwhal::soak {
 namespace {
@@ -154,6 +155,7 @@ class GrpcClients::Impl {
       while (reader->Read(&response)) {
         if (response.has_delta()) {
           if (r->saw_done) r->problems.push_back("delta after the final message");
+          CheckText(response.delta().text(), r);
           if (!response.delta().text().empty()) ++r->tokens;
         } else if (response.has_final()) {
           if (r->saw_done) r->problems.push_back("second final message");
@@ -166,6 +168,7 @@ class GrpcClients::Impl {
       status = stub.Complete(&context, req, &response);
       if (status.ok()) {
         r->saw_done = true;
+        CheckText(response.text(), r);
         r->tokens = static_cast<int>(response.usage().completion_tokens());
       }
     }

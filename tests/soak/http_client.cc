@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "tests/soak/text_check.h"
 
 namespace narwhal::soak {
 namespace {
@@ -235,6 +236,7 @@ void ReadStream(const std::string& body, bool complete, RequestRecord* r) {
       ended = true;
       continue;
     }
+    if (!WellFormedUtf8(data)) r->invalid_utf8 = true;
     const json doc = json::parse(data, nullptr, false);
     if (doc.is_object() && doc.contains("error") && doc["error"].is_object()) {
       TakeError(doc["error"], r);
@@ -242,7 +244,9 @@ void ReadStream(const std::string& body, bool complete, RequestRecord* r) {
       ended = true;
       continue;
     }
-    if (!ChoiceText(doc).empty()) ++r->tokens;
+    const std::string text = ChoiceText(doc);
+    CheckText(text, r);
+    if (!text.empty()) ++r->tokens;
   }
   if (complete && !ended) {
     r->problems.push_back("stream ended without [DONE] or a terminal error event");
@@ -327,6 +331,8 @@ void RunHttpRequest(int port, absl::Duration hard_timeout, RequestRecord* r) {
       return;
     }
     r->saw_done = true;
+    if (!WellFormedUtf8(reader.body())) r->invalid_utf8 = true;
+    CheckText(ChoiceText(doc), r);
     if (doc.contains("usage") && doc["usage"].is_object()) {
       r->tokens = doc["usage"].value("completion_tokens", 0);
     }

@@ -39,12 +39,14 @@ void PrintReport(const SoakFigures& f, std::ostream& out) {
       << " ====\n";
   out << "requests: " << c.requests << " (" << c.aborted << " aborted by their client: "
       << c.aborted_cancelled << " journaled cancelled, " << c.aborted_unseen
-      << " went away within " << absl::FormatDuration(kEarlyAbort)
-      << " before the router saw them)\n";
+      << " went away within " << absl::FormatDuration(kEarlyAbort) << " (gRPC: "
+      << absl::FormatDuration(kGrpcEarlyAbort) << ") before the router saw them)\n";
   out << "outcomes:\n";
   for (const auto& [label, n] : c.outcomes) out << "  " << label << ": " << n << "\n";
   out << "journal: " << c.journal_rows << " terminal rows, " << c.matched
-      << " requests matched exactly one row; terminals: " << Counts(c.terminals) << "\n";
+      << " requests matched exactly one row; terminals: " << Counts(c.terminals)
+      << "; refusals counted by refusals_suppressed rows instead: " << c.suppressed_rows << "\n";
+  out << "text repaired with U+FFFD (invalid_text): " << c.repaired_text << " requests\n";
   out << "faults injected: " << Total(f.chaos.faults) << " in "
       << f.chaos.faults.size() << " kinds: " << Counts(f.chaos.faults)
       << (f.chaos.fault_posts_failed ? absl::StrCat(" (", f.chaos.fault_posts_failed,
@@ -53,6 +55,10 @@ void PrintReport(const SoakFigures& f, std::ostream& out) {
       << "\n";
   out << "signals: " << Counts(f.chaos.signals) << "\n";
   out << "fault books cleared as their engine left placement: " << f.chaos.books_cleared << "\n";
+  out << "membership: " << f.membership.added << " engines added (" << f.membership.joined
+      << " seen serving after their join checks), " << f.membership.removed
+      << " removed (drained); requests failed because an engine left: " << f.membership_errors
+      << "\n";
   int readmitted = 0, left = 0, open = 0;
   std::vector<absl::Duration> took;
   for (const RecoveryLatency& l : f.latencies) {

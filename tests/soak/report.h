@@ -12,6 +12,7 @@
 #include "tests/soak/chaos.h"
 #include "tests/soak/contract.h"
 #include "tests/soak/engine_monitor.h"
+#include "tests/soak/membership.h"
 
 namespace narwhal::soak {
 
@@ -24,6 +25,10 @@ struct SoakFigures {
   ChaosStats chaos;
   EngineMonitorStats monitor;
   std::vector<RecoveryLatency> latencies;
+  // Engines that joined and left during the run, and the requests that
+  // failed because of it (must be none).
+  MembershipStats membership;
+  int membership_errors = 0;
   // narwhal-serve's resident memory: medians over the window that ends the
   // warm-up and over the last window of the load; peak; idle before the
   // load and after the quiet period.

@@ -51,6 +51,11 @@ struct RequestRecord {
   bool output_started = false;  // ErrorInfo.output_started
 
   int tokens = 0;          // token-carrying events / deltas / completion tokens
+  // Generated text carried U+FFFD (engine text that was not valid Unicode,
+  // repaired by the router: narwhal-sim's invalid_text fault).
+  bool repaired_text = false;
+  // Generated text that was not valid UTF-8 reached the client.
+  bool invalid_utf8 = false;
   bool saw_done = false;   // SSE [DONE] / gRPC Final
   bool terminal_event = false;  // a committed stream ended with an error event
   // Shape problems the client itself saw (event after the end, ...).

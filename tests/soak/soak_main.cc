@@ -25,14 +25,17 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/fakes/serve_process.h"
 #include "tests/soak/chaos.h"
 #include "tests/soak/engine_monitor.h"
+#include "tests/soak/fault_menu.h"
 #include "tests/soak/fleet.h"
 #include "tests/soak/load.h"
+#include "tests/soak/membership.h"
 #include "tests/soak/proc_stats.h"
 #include "tests/soak/report.h"
 #include "tests/soak/soak_options.h"
@@ -148,6 +151,14 @@ int Run(const SoakOptions& options) {
     std::cout << "FAIL: " << fleet.status() << std::endl;
     return 1;
   }
+  // The engines that join and leave during the run, on a generator of
+  // their own so that the fleet's and chaos's choices replay as before.
+  std::mt19937_64 churn_rng(options.seed + 1);
+  absl::StatusOr<std::vector<SoakEngine>> churn = StartChurnEngines(options, churn_rng);
+  if (!churn.ok()) {
+    std::cout << "FAIL: " << churn.status() << std::endl;
+    return 1;
+  }
   testing::ServeOptions serve_options;
   serve_options.config = SoakFleetConfig(*fleet);
   absl::StatusOr<std::unique_ptr<ServeProcess>> started = ServeProcess::Start(serve_options);
@@ -179,10 +190,13 @@ int Run(const SoakOptions& options) {
 
   // The loaded, chaotic part.
   ChaosDriver chaos(&*fleet, options.seed, [&monitor] { return monitor.LastStates(); });
+  MembershipDriver membership(std::move(*churn), serve.admin_address(), options.seed,
+                              [&monitor] { return monitor.CurrentStates(); });
   std::vector<ProcSample> samples;
   const absl::Time t0 = absl::Now();
   monitor.Start();
   chaos.Start();
+  membership.Start();
   load.Start();
   bool router_died = false;
   for (int s = 1; s <= options.seconds; ++s) {
@@ -202,6 +216,10 @@ int Run(const SoakOptions& options) {
   // Chaos off, every engine back and fault-free: under the same load, each
   // must be readmitted.
   chaos.Stop();
+  // The engines that joined leave again (drained), so the fleet is the six
+  // engines it started with.
+  membership.Stop();
+  f.membership = membership.stats();
   if (absl::Status s = chaos.Restore(); !s.ok()) {
     f.failures.push_back(absl::StrCat("engines not restored: ", s.message()));
   }
@@ -295,11 +313,28 @@ int Run(const SoakOptions& options) {
   for (const char* kind : {"SIGSTOP", "SIGCONT", "SIGKILL", "SIGTERM", "restart"}) {
     if (f.chaos.signals[kind] == 0) f.failures.push_back(absl::StrCat("no ", kind, " was sent"));
   }
-  if (f.chaos.faults.size() < 13) {
-    f.failures.push_back(absl::StrCat("only ", f.chaos.faults.size(), " of 13 fault kinds injected"));
+  if (f.chaos.faults.size() < AllFaultKinds().size()) {
+    f.failures.push_back(absl::StrCat("only ", f.chaos.faults.size(), " of ",
+                                      AllFaultKinds().size(), " fault kinds injected"));
   }
 
-  f.contract = CheckContract(records, serve.TerminalRows());
+  f.contract = CheckContract(records, serve.TerminalRows(), SuppressedRefusals(serve.EventRows()));
+  // Membership changes cost no client anything: every leaving engine was
+  // drained within membership.drain_timeout_s, longer than any request.
+  for (const RequestRecord& r : records) {
+    if (absl::StrContains(r.error_message, "removed from the fleet")) ++f.membership_errors;
+  }
+  if (f.membership_errors > 0) {
+    f.failures.push_back(absl::StrCat(f.membership_errors,
+                                      " requests failed because an engine left the fleet"));
+  }
+  for (const std::string& refused : f.membership.refused) {
+    f.failures.push_back(absl::StrCat("membership change refused: ", refused));
+  }
+  if (f.membership.added == 0 || f.membership.joined == 0) {
+    f.failures.push_back(absl::StrCat("membership: ", f.membership.added, " engines added, ",
+                                      f.membership.joined, " seen serving (expected some)"));
+  }
   f.wall = absl::Now() - run_start;
   PrintReport(f, std::cout);
   const bool ok = f.failures.empty() && f.contract.violations.empty();

@@ -160,6 +160,8 @@ class ScriptedEngine {
   }
   // An SSE comment (a keep-alive) in one HTTP chunk.
   void SendComment() { SendChunk(": keep-alive\n\n"); }
+  // Raw SSE bytes (part of an event, say) in one HTTP chunk.
+  void SendSse(const std::string& bytes) { SendChunk(bytes); }
   // `data: [DONE]` and the end of the chunked body.
   void SendDone() {
     SendChunk("data: [DONE]\n\n");
@@ -424,6 +426,15 @@ class BeastEngineClientFakeTimeTest : public ::testing::Test {
     Settle();
   }
 
+  // Sends raw SSE bytes in one HTTP chunk and waits until the adapter flushed
+  // the read that carried them.
+  void SendSseBytes(const std::string& bytes) {
+    const int flushed = observer_.flushes();
+    engine_.SendSse(bytes);
+    ASSERT_TRUE(observer_.WaitForFlushes(flushed + 1)) << "the bytes were never read";
+    Settle();
+  }
+
   // Runs the adapter's loop until what is queued on it now has run, and what
   // that queued too (a timer completion closing the socket, the read it
   // aborts, the end of the leg): then the leg waits on its next read with its
@@ -627,6 +638,27 @@ TEST_F(BeastEngineClientFakeTimeTest, B12_DelayedResponseHeadersConsumeTheBudget
   EXPECT_TRUE(engine_.WaitForClose());
 }
 
+// Bytes of an event that never ends, one every 300 ms from the headers on:
+// they are no token, and the budget still ends 2 s after the leg started.
+TEST_F(BeastEngineClientFakeTimeTest, B12_ByteDripBeforeTheFirstTokenDoesNotExtendTheBudget) {
+  StartDecodeAndAccept(Leg());
+  engine_.SendHeaders();
+  Settle();
+  const std::string partial = "data: " + TokenEvent("Paris");
+  for (int i = 0; i < 6; ++i) {
+    Advance(300ms);
+    SendSseBytes(partial.substr(i, 1));
+    ASSERT_FALSE(HasFailure()) << "at byte " << i;
+  }
+  Advance(200ms - kTick);  // 1.999 s since the leg started, 0.2 s since the last byte
+  ExpectAlive("before its first-token budget was spent");
+  Advance(kTick);
+  ExpectFirstTokenTimeout(DecodeFailure(), "no first token within 2s: no frames at all",
+                          BreakerClass::kStream);
+  EXPECT_TRUE(engine_.WaitForClose());
+  EXPECT_TRUE(observer_.kinds().empty());
+}
+
 // Headers that never come: the budget alone ends the leg.
 TEST_F(BeastEngineClientFakeTimeTest, B12_HeadersThatNeverComeFailAtTheBudget) {
   StartDecodeAndAccept(Leg());
@@ -707,6 +739,51 @@ TEST_F(BeastEngineClientFakeTimeTest, B13_MetadataChunksResetTheReadClock) {
   Advance(kTick);
   ExpectReadTimeout(DecodeFailure());
   EXPECT_EQ(observer_.tokens(), 1);
+}
+
+// After the first token the engine drips one byte of an event that never
+// ends every 300 ms: bytes are not events, so the read timeout still ends the
+// leg 1 s after the token (each byte used to re-arm it, holding the request
+// until its deadline).
+TEST_F(BeastEngineClientFakeTimeTest, B13_ByteDripInsideAnUnfinishedEventFailsAtTheReadTimeout) {
+  StartDecodeAndAccept(Leg());
+  engine_.SendHeaders();
+  SendToken("Paris");
+  const std::string partial = "data: " + TokenEvent("Lyon");
+  for (int i = 0; i < 3; ++i) {
+    Advance(300ms);
+    SendSseBytes(partial.substr(i, 1));
+    ASSERT_FALSE(HasFailure()) << "at byte " << i;
+  }
+  Advance(100ms - kTick);  // 0.999 s since the token, 0.1 s since the last byte
+  ExpectAlive("before the read timeout passed");
+  Advance(kTick);
+  ExpectReadTimeout(DecodeFailure());
+  EXPECT_TRUE(engine_.WaitForClose());
+  EXPECT_EQ(observer_.tokens(), 1);
+}
+
+// An event that arrives in pieces restarts the read clock when it completes,
+// not with each piece: the pieces span more than the read timeout, the
+// event's end lands inside it, and the timeout then counts from that end.
+TEST_F(BeastEngineClientFakeTimeTest, B13_AnEventCompletedInPiecesRestartsTheClockAtItsEnd) {
+  StartDecodeAndAccept(Leg());
+  engine_.SendHeaders();
+  SendToken("Paris");
+  const std::string event = "data: " + TokenEvent("Lyon") + "\n\n";
+  const size_t half = event.size() / 2;
+  Advance(400ms);
+  SendSseBytes(event.substr(0, half));
+  Advance(600ms - kTick);  // 0.999 s since the token
+  const size_t seen = observer_.kinds().size();
+  engine_.SendSse(event.substr(half));
+  ASSERT_TRUE(observer_.WaitForEvents(seen + 1)) << "the completed event never arrived";
+  Settle();
+  Advance(kRead - kTick);
+  ExpectAlive("within the read timeout of the completed event");
+  Advance(kTick);
+  ExpectReadTimeout(DecodeFailure());
+  EXPECT_EQ(observer_.tokens(), 2);
 }
 
 // A client that does not take the relayed frames (its Flush does not complete)

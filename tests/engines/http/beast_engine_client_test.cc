@@ -173,7 +173,7 @@ class Adapter {
                           std::string_view path, const std::string& body, double timeout_s) {
     return sync_.Control(engine, method, path, body, timeout_s);
   }
-  const HttpEngineClientOptions& options() const { return async_.options(); }
+  const HttpEngineClientOptions& options() const { return *async_.options(); }
 
   // Idle pooled connections to `url`'s engine on the adapter's loop.
   size_t IdleConnections(const std::string& url) {
@@ -1287,9 +1287,14 @@ TEST_F(BeastEngineClientTest, ApiKeyIsSentAsBearerToken) {
   Adapter anonymous(FastOptions());
   PrefillOutcome refused = anonymous.Prefill(p0_, Api::kCompletions, CompletionBody(), Leg("r1"));
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(nt::HttpStatus(*refused.failure), 401);
-  EXPECT_EQ(refused.failure->detail, "Unauthorized");
-  EXPECT_EQ(refused.failure->breaker_class, BreakerClass::kNone);
+  // The engine refuses the router, not the client: an engine fault (502),
+  // evidence against the engine.
+  EXPECT_EQ(nt::HttpStatus(*refused.failure), 502);
+  EXPECT_EQ(refused.failure->engine_status, 401);
+  EXPECT_EQ(refused.failure->cause, engines::FailureCause::kEngineRefusedRouter);
+  EXPECT_THAT(refused.failure->detail,
+              ::testing::StartsWith("engine returned HTTP 401: Unauthorized"));
+  EXPECT_EQ(refused.failure->breaker_class, BreakerClass::kInferenceStatus);
 
   HttpEngineClientOptions options = FastOptions();
   options.api_key = "sekret-1";

@@ -374,6 +374,17 @@ TEST(ConnectorTest, ContinuationChecksTheProducersEngineIdAndHost) {
   EXPECT_TRUE(ValidateContinuation(elsewhere, "NixlConnector", Api::kChatCompletions).ok());
 }
 
+// B3 under the default `pass`: a producer that names the cloud metadata
+// address is refused before the consumer gets anything.
+TEST(ConnectorTest, B3_ContinuationToAMetadataAddressIsRefusedUnderPass) {
+  json d = ProducerDescriptor();
+  d["remote_host"] = "169.254.169.254";
+  const DescriptorRejection r =
+      ValidateContinuation(Handoff(d), "NixlConnector", Api::kChatCompletions);
+  EXPECT_EQ(r.reason, "forbidden_remote_host");
+  EXPECT_FALSE(ValidateDescriptorShape(d).empty());
+}
+
 TEST(ConnectorTest, HandoffIsSingleUseAcrossCopies) {
   const PrefillResult handoff = Handoff();
   const PrefillResult copy = handoff;  // NOLINT(performance-unnecessary-copy-initialization)

@@ -481,6 +481,36 @@ TEST_F(EngineResponseBoundsTest, SseEventIsBounded) {
   EXPECT_LT(engine.bytes_sent(), kFarShortOfHuge);
 }
 
+// B13 over a real socket and clock: after a token the engine drips one byte
+// of an event that never ends every 50 ms, for up to 5 s. The 0.3 s read
+// timeout counts from the last complete event, so the leg fails as engine
+// silence well before the drip ends and the engine's writes stop.
+TEST_F(EngineResponseBoundsTest, B13_ByteDripInsideAnEventIsSilence) {
+  HttpEngineClientOptions o = Options();
+  o.decode_read_timeout_s = 0.3;
+  StartClient(o);
+  std::atomic<int> dripped{0};
+  RawEngine engine([&](RawEngine::Connection& c) {
+    if (!c.Send(std::string(kStreamHead) + TokenEvent())) return;
+    const std::string partial = "data: {\"id\":\"c1\",\"object\":\"text_completion\"";
+    for (int i = 0; i < 100; ++i) {
+      std::this_thread::sleep_for(50ms);
+      if (!c.Send(Chunk(partial.substr(i % partial.size(), 1)))) return;
+      ++dripped;
+    }
+  });
+  CountingObserver observer;
+  const auto started = std::chrono::steady_clock::now();
+  const EngineFailure f = DecodeFailure(engine, &observer);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(nt::HttpStatus(f), 504);
+  EXPECT_EQ(f.breaker_class, BreakerClass::kStream);
+  EXPECT_THAT(f.detail, StartsWith("engine went silent between tokens"));
+  EXPECT_EQ(observer.tokens, 1);
+  EXPECT_LT(took, 2s);
+  EXPECT_LT(dripped.load(), 50);
+}
+
 TEST_F(EngineResponseBoundsTest, DefaultBoundsAreDocumentedValues) {
   const HttpEngineClientOptions o;
   EXPECT_EQ(o.max_header_bytes, 64u * 1024);

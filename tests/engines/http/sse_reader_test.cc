@@ -240,6 +240,72 @@ TEST(SseReaderTest, EventJustUnderTheLimitIsDelivered) {
   EXPECT_TRUE(reader.error().empty());
 }
 
+// The bound is the event's size: exactly max_event_bytes is delivered, one
+// byte more is refused — in one line, and in several lines joined by "\n".
+TEST(SseReaderTest, EventOfExactlyTheLimitIsDeliveredAndOneByteMoreIsRefused) {
+  {
+    SseReader reader(/*max_event_bytes=*/64);
+    const std::string payload(64, 'y');
+    EXPECT_THAT(FeedAll(reader, {"data: " + payload + "\n\n"}), ElementsAre(payload));
+    EXPECT_TRUE(reader.error().empty()) << reader.error();
+  }
+  {
+    SseReader reader(/*max_event_bytes=*/64);
+    EXPECT_THAT(FeedAll(reader, {"data: " + std::string(65, 'y') + "\n\n"}), IsEmpty());
+    EXPECT_EQ(reader.error(), "SSE event exceeds 64 bytes");
+  }
+  {
+    SseReader reader(/*max_event_bytes=*/64);
+    const std::string a(31, 'a');
+    const std::string b(32, 'b');  // 31 + "\n" + 32 = 64
+    EXPECT_THAT(FeedAll(reader, {"data: " + a + "\ndata: " + b + "\n\n"}),
+                ElementsAre(a + "\n" + b));
+    EXPECT_TRUE(reader.error().empty()) << reader.error();
+  }
+  {
+    SseReader reader(/*max_event_bytes=*/64);
+    const std::string a(31, 'a');
+    const std::string b(33, 'b');
+    EXPECT_THAT(FeedAll(reader, {"data: " + a + "\ndata: " + b + "\n\n"}), IsEmpty());
+    EXPECT_FALSE(reader.error().empty());
+  }
+}
+
+// The default bound, 16 MiB: an event of exactly 16,777,216 bytes is
+// delivered, in one read and split across reads.
+TEST(SseReaderTest, DefaultBoundEventOfExactly16MiBIsDelivered) {
+  const std::string payload(SseReader::kDefaultMaxEventBytes, 'x');
+  const std::string stream = "data: " + payload + "\n\n";
+  {
+    SseReader reader;
+    size_t delivered = 0;
+    EXPECT_TRUE(reader.Feed(stream, [&](std::string_view d) {
+      delivered = d.size();
+      return true;
+    }));
+    EXPECT_EQ(delivered, payload.size());
+    EXPECT_TRUE(reader.error().empty()) << reader.error();
+  }
+  {
+    SseReader reader;
+    size_t delivered = 0;
+    bool ok = true;
+    for (size_t at = 0; at < stream.size() && ok; at += 16 * 1024) {
+      ok = reader.Feed(std::string_view(stream).substr(at, 16 * 1024), [&](std::string_view d) {
+        delivered = d.size();
+        return true;
+      });
+    }
+    EXPECT_TRUE(ok) << reader.error();
+    EXPECT_EQ(delivered, payload.size());
+  }
+  {
+    SseReader reader;
+    EXPECT_FALSE(reader.Feed("data: " + payload + "x\n\n", [](std::string_view) { return true; }));
+    EXPECT_EQ(reader.error(), "SSE event exceeds 16777216 bytes");
+  }
+}
+
 TEST(SseReaderTest, StopsWhenCallbackReturnsFalse) {
   SseReader reader;
   std::vector<std::string> events;

@@ -1,14 +1,16 @@
 // ClassifyEvent / StreamClassifier: what each upstream SSE payload is (B11, B12).
-#include "engines/http/stream_classifier.h"
 #include "engines/stream_event.h"
 
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
+#include "engines/http/stream_classifier.h"
 
 namespace narwhal::engines {
 namespace {
@@ -560,8 +562,6 @@ TEST(StreamEventTest, InvalidJsonAnywhereIsMalformed) {
            R"({"id":truex,"choices":[{"index":0,"text":"x"}]})",
            R"({"id":"\x","choices":[{"index":0,"text":"x"}]})",
            R"({"id":"\u12G4","choices":[{"index":0,"text":"x"}]})",
-           R"({"id":"\ud800","choices":[{"index":0,"text":"x"}]})",
-           R"({"id":"\udc00","choices":[{"index":0,"text":"x"}]})",
            R"({"id":[1,2},"choices":[{"index":0,"text":"x"}]})",
            R"({"id":{"a":1],"choices":[{"index":0,"text":"x"}]})",
            R"({"id":[1 2],"choices":[{"index":0,"text":"x"}]})",
@@ -586,18 +586,59 @@ TEST(StreamEventTest, InvalidJsonAnywhereIsMalformed) {
   }
 }
 
-TEST(StreamEventTest, InvalidUtf8IsMalformed) {
-  for (const char* data : {
-           "{\"choices\":[{\"index\":0,\"text\":\"\xff\"}]}",
-           "{\"choices\":[{\"index\":0,\"text\":\"\xc3\"}]}",              // truncated sequence
-           "{\"choices\":[{\"index\":0,\"text\":\"\xc0\xaf\"}]}",          // overlong
-           "{\"choices\":[{\"index\":0,\"text\":\"\xed\xa0\x80\"}]}",      // encoded surrogate
-           "{\"choices\":[{\"index\":0,\"text\":\"\xf4\x90\x80\x80\"}]}",  // past U+10FFFF
-           "{\"id\":\"\xfe\",\"choices\":[{\"index\":0,\"text\":\"x\"}]}",
-           "{\"choices\":[{\"index\":0,\"te\xffxt\":\"x\"}]}",
+// Text that is not valid Unicode is what an engine meant as text (a
+// detokenizer cut inside a character, Python's json writing an unpaired
+// surrogate): the event is classified as repaired with U+FFFD, and the
+// repaired payload is what every door relays (hardening: gRPC Generate
+// dropped such tokens while reporting success).
+TEST(StreamEventTest, InvalidUnicodeIsRepairedWithReplacementCharacters) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  struct Case {
+    std::string data;
+    std::string text;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"{\"choices\":[{\"index\":0,\"text\":\"a\xff\"}]}", "a" + fffd},
+           {"{\"choices\":[{\"index\":0,\"text\":\"\xc3\"}]}", fffd},             // truncated
+           {"{\"choices\":[{\"index\":0,\"text\":\"\xc0\xaf\"}]}", fffd + fffd},  // overlong
+           {"{\"choices\":[{\"index\":0,\"text\":\"\xed\xa0\x80\"}]}",
+            fffd + fffd + fffd},  // surrogate
+           {"{\"choices\":[{\"index\":0,\"text\":\"\xf4\x90\x80\x80\"}]}",
+            fffd + fffd + fffd + fffd},  // past U+10FFFF
+           {R"({"choices":[{"index":0,"text":"x\udcff"}]})", "x" + fffd},
+           {R"({"choices":[{"index":0,"text":"\ud800y"}]})", fffd + "y"},
+           {R"({"choices":[{"index":0,"delta":{"content":"\udc00\ud83d\ude00"}}]})",
+            fffd + "\xF0\x9F\x98\x80"},  // a lone low surrogate, then a pair
+           {"{\"id\":\"\xfe\",\"choices\":[{\"index\":0,\"text\":\"x\"}]}", "x"},
        }) {
-    EXPECT_EQ(Classify(data).kind, EventKind::kMalformed);
+    StreamClassifier classifier;
+    StreamEvent e;
+    const std::string_view relayed = classifier.Classify(c.data, &e);
+    EXPECT_EQ(e.kind, EventKind::kToken) << c.data;
+    EXPECT_EQ(e.tokens, 1) << c.data;
+    EXPECT_EQ(e.text, c.text) << c.data;
+    // What is relayed is valid JSON carrying the same text.
+    EXPECT_NE(relayed, c.data);
+    const nlohmann::json parsed = nlohmann::json::parse(relayed, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded()) << relayed;
+    // And the thread's classifier agrees.
+    StreamEvent thread_event;
+    EXPECT_EQ(ClassifyEvent(c.data, &thread_event), relayed);
+    EXPECT_EQ(thread_event.text, c.text);
   }
+  // Valid text is relayed as it came, not copied.
+  StreamClassifier classifier;
+  StreamEvent e;
+  const std::string valid = R"({"choices":[{"index":0,"text":"\ud83d\ude00 caf\u00e9"}]})";
+  EXPECT_EQ(classifier.Classify(valid, &e).data(), valid.data());
+  // An escaped backslash before "ud800" is text, not a surrogate escape.
+  const std::string backslash = R"({"choices":[{"index":0,"text":"\\ud800"}]})";
+  EXPECT_EQ(classifier.Classify(backslash, &e).data(), backslash.data());
+  EXPECT_EQ(e.text, "\\ud800");
+  // A key that is not valid Unicode is repaired too, and no longer a known key.
+  EXPECT_EQ(classifier.Classify("{\"choices\":[{\"index\":0,\"te\xffxt\":\"x\"}]}", &e).size(),
+            std::string("{\"choices\":[{\"index\":0,\"te\xEF\xBF\xBDxt\":\"x\"}]}").size());
+  EXPECT_EQ(e.kind, EventKind::kMetadata);
 }
 
 TEST(StreamEventTest, ControlCharactersInStringsAreMalformed) {

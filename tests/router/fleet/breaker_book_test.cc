@@ -215,7 +215,10 @@ TEST_P(HealthProbeClassTest, FailedHealthProbeKeepsTheLastEngineOfItsRole) {
   EXPECT_TRUE(Due(book, At(2)).empty());  // the request for a probe was answered
 }
 
-TEST_P(HealthProbeClassTest, PassedHealthProbeClearsTheStreak) {
+// A passing health probe says the engine answers, not that its legs work:
+// it keeps the engine serving but does not clear the streak; a leg that
+// succeeds does.
+TEST_P(HealthProbeClassTest, PassedHealthProbeKeepsTheEngineButNotClearsItsStreak) {
   BreakerBook book(Engines(2, 2), Recovery());
   const size_t d0 = Idx(book, "d0");
   Fail(book, "d0", GetParam(), 3, At(1));
@@ -224,9 +227,33 @@ TEST_P(HealthProbeClassTest, PassedHealthProbeClearsTheStreak) {
       book.CompleteProbe(d0, ProbeKind::kHealth, ProbeOutcome::kPassed, "ok", "", At(2));
   ASSERT_EQ(Kinds(events), Strings({"engine_probe(d0)"}));
   EXPECT_EQ(events[0].outcome, ProbeOutcome::kPassed);
-  EXPECT_EQ(Streak(book, "d0", GetParam()), 0);
+  EXPECT_EQ(Streak(book, "d0", GetParam()), 3);
   EXPECT_TRUE(Due(book, At(2)).empty());
   EXPECT_EQ(book.State(d0, At(2)), PlacementState::kServing);
+  book.RecordSuccess(d0, Success::kDecodeDone);
+  EXPECT_EQ(Streak(book, "d0", GetParam()), 0);
+  // A fresh streak asks for a health probe again.
+  Fail(book, "d0", GetParam(), 3, At(3));
+  EXPECT_EQ(Due(book, At(3)), Strings({"d0:health"}));
+}
+
+// Hardening: an engine whose legs keep failing (dropped after send, 429s)
+// while its health checks pass is held for an inference probe at the next
+// failure, instead of being health-probed (and kept) forever.
+TEST_P(HealthProbeClassTest, FailuresAfterAPassedHealthProbeHoldForAnInferenceProbe) {
+  BreakerBook book(Engines(2, 2), Recovery());
+  const size_t d0 = Idx(book, "d0");
+  Fail(book, "d0", GetParam(), 3, At(1));
+  ASSERT_EQ(Due(book, At(1)), Strings({"d0:health"}));
+  book.CompleteProbe(d0, ProbeKind::kHealth, ProbeOutcome::kPassed, "ok", "", At(2));
+  EXPECT_EQ(Kinds(Fail(book, "d0", GetParam(), 1, At(3))), Strings({"engine_hold_started(d0)"}));
+  EXPECT_EQ(book.State(d0, At(3)), PlacementState::kHeld);
+  EXPECT_EQ(Due(book, At(3)), Strings({"d0:inference"}));
+  // A failed inference probe ejects it as an inference suspect.
+  const std::vector<BreakerEvent> out = book.CompleteProbe(
+      d0, ProbeKind::kInference, ProbeOutcome::kFailed, "connection lost", "p0", At(4));
+  EXPECT_EQ(book.State(d0, At(4)), PlacementState::kEjected);
+  EXPECT_TRUE(book.engine(d0).ejection->inference_suspect);
 }
 
 INSTANTIATE_TEST_SUITE_P(TimeoutAndOverload, HealthProbeClassTest,
@@ -463,13 +490,15 @@ TEST(BreakerBookTest, EachSuccessClearsExactlyItsClasses) {
   };
   const std::vector<Row> table = {
       {Success::kEngineRejected, {BreakerClass::kConnection, BreakerClass::kInferenceStatus}},
-      {Success::kHealth,
-       {BreakerClass::kConnection, BreakerClass::kTimeout, BreakerClass::kOverload,
-        BreakerClass::kLiveness}},
+      // A health check never clears the evidence of inference legs.
+      {Success::kHealth, {BreakerClass::kLiveness}},
+      {Success::kLiveness, {BreakerClass::kLiveness}},
       {Success::kPrefillHandoff,
-       {BreakerClass::kConnection, BreakerClass::kInferenceStatus, BreakerClass::kKvHandoff}},
+       {BreakerClass::kConnection, BreakerClass::kTimeout, BreakerClass::kOverload,
+        BreakerClass::kInferenceStatus, BreakerClass::kKvHandoff}},
       {Success::kDecodeDone,
-       {BreakerClass::kConnection, BreakerClass::kInferenceStatus, BreakerClass::kStream}},
+       {BreakerClass::kConnection, BreakerClass::kTimeout, BreakerClass::kOverload,
+        BreakerClass::kInferenceStatus, BreakerClass::kStream}},
   };
   RecoverySettings recovery = Recovery();
   recovery.eject_after = 100;  // evidence only, no action
@@ -828,6 +857,31 @@ TEST(BreakerBookTest, ConnectionEjectionReturnsOnAHealthCheck) {
   EXPECT_EQ(book.State(d0, At(4)), PlacementState::kServing);
   for (int c = 0; c < engines::kBreakerClassCount; ++c) EXPECT_EQ(book.engine(d0).streak[c], 0);
   EXPECT_TRUE(book.engine(d0).last_ejection_cause.has_value());  // history is kept
+}
+
+// Hardening: an engine readmitted on a health check alone that fails again
+// before any leg succeeds (it answers /health but drops every inference
+// connection) returns next time only through an inference probe.
+TEST(BreakerBookTest, ConnectionEjectionAgainAfterAHealthReadmissionNeedsAnInferenceProbe) {
+  BreakerBook book(Engines(2, 2), Recovery());
+  const size_t d0 = Idx(book, "d0");
+  Fail(book, "d0", BreakerClass::kConnection, 3, At(1));
+  ASSERT_EQ(Due(book, At(1 + kInterval)), Strings({"d0:health"}));
+  book.CompleteProbe(d0, ProbeKind::kHealth, ProbeOutcome::kPassed, "ok", "", At(4));
+  ASSERT_EQ(book.State(d0, At(4)), PlacementState::kServing);
+  Fail(book, "d0", BreakerClass::kConnection, 3, At(5));
+  ASSERT_EQ(book.State(d0, At(5)), PlacementState::kEjected);
+  EXPECT_TRUE(book.engine(d0).ejection->inference_suspect);
+  EXPECT_EQ(Due(book, At(5 + kInterval)), Strings({"d0:inference"}));
+  // One that served a leg in between is ejected as an ordinary connection
+  // failure again.
+  BreakerBook other(Engines(2, 2), Recovery());
+  Fail(other, "d0", BreakerClass::kConnection, 3, At(1));
+  ASSERT_EQ(Due(other, At(1 + kInterval)), Strings({"d0:health"}));
+  other.CompleteProbe(d0, ProbeKind::kHealth, ProbeOutcome::kPassed, "ok", "", At(4));
+  other.RecordSuccess(d0, Success::kDecodeDone);
+  Fail(other, "d0", BreakerClass::kConnection, 3, At(5));
+  EXPECT_FALSE(other.engine(d0).ejection->inference_suspect);
 }
 
 TEST(BreakerBookTest, PinnedContractReadmissionsReportLifecycleEvidence) {

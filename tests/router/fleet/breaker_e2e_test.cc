@@ -382,16 +382,17 @@ TEST(BreakerE2eTest, B17_SilentDecodeEngineLeavesPlacementAndReturnsAfterProbe) 
   ASSERT_NE(serve, nullptr);
   const int port = serve->http_port();
 
-  // p0 turns client prefills away with 429 (overload evidence, which only
-  // asks for health probes, and those pass): every transfer d0 fails on is
-  // made by p1, while p0 stays live and, by iid, is the first live producer
-  // — so a probe that ignored the recorded producer would go to p0.
-  ASSERT_TRUE(
-      p0
-          ->SetFaults(json{
-              {"faults",
-               {{{"kind", "http_status"}, {"status", 429}, {"phase", "prefill"}, {"times", -1}}}}})
-          .ok());
+  // p0 turns client prefills away with 400 (the client's own refusal, no
+  // evidence against p0): every transfer d0 fails on is made by p1, while p0
+  // stays live and, by iid, is the first live producer — so a probe that
+  // ignored the recorded producer would go to p0.
+  ASSERT_TRUE(p0->SetFaults(json{{"faults",
+                                  {{{"kind", "http_status"},
+                                    {"status", 400},
+                                    {"message", "prompt too long"},
+                                    {"phase", "prefill"},
+                                    {"times", -1}}}}})
+                  .ok());
   ASSERT_TRUE(
       d0->SetFaults(
             json{{"faults",

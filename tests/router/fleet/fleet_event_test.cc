@@ -52,6 +52,9 @@ TEST(FleetEventTest, EveryKindSerializesToItsWireName) {
       {FleetEventKind::kLinkProbe, "link_probe"},
       {FleetEventKind::kLinkReadmitted, "link_readmitted"},
       {FleetEventKind::kPreflight, "preflight"},
+      {FleetEventKind::kEngineJoined, "engine_joined"},
+      {FleetEventKind::kEngineJoinFailed, "engine_join_failed"},
+      {FleetEventKind::kEngineLeft, "engine_left"},
   };
   std::set<std::string> seen;
   for (FleetEventKind kind : kAllFleetEventKinds) {

@@ -77,7 +77,7 @@ class FleetProberTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, journal_.get(), &bus_);
     engines_ = std::make_unique<ScriptedEngines>(clock_, &clock_, kFirstToken);
-    prober_ = std::make_unique<router::Prober>(settings_, *engines_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(*engines_, *fleet_, clock_);
   }
 
   // `n` failures of a client decode leg on `iid` (its producer `producer`).
@@ -112,7 +112,7 @@ class FleetProberTest : public ::testing::Test {
   }
 
   PlacementState State(const std::string& iid) {
-    return fleet_->Snapshot()[static_cast<size_t>(fleet_->Find(iid))].state;
+    return fleet_->Snapshot(iid)->state;
   }
 
   // Takes the due probes and expects exactly one, for `iid`, of `kind`.
@@ -120,7 +120,7 @@ class FleetProberTest : public ::testing::Test {
     const std::vector<ProbeTask> tasks = fleet_->TakeDueProbes();
     EXPECT_EQ(tasks.size(), 1u);
     if (tasks.empty()) return ProbeTask{};
-    EXPECT_EQ(fleet_->Target(tasks[0].index).iid, iid);
+    EXPECT_EQ(tasks[0].iid, iid);
     EXPECT_EQ(tasks[0].kind, kind);
     return tasks[0];
   }
@@ -504,7 +504,8 @@ TEST_F(FleetProberTest, ConnectionEjectionWithoutContractReadmitsOnAHealthCheck)
   prober_->Run(TakeOne("d1", ProbeKind::kHealth));
   std::vector<std::string> paths;
   for (const Call& c : engines_->calls()) paths.push_back(c.kind + " " + c.path);
-  EXPECT_EQ(paths, std::vector<std::string>({"control GET /health"}));  // nothing else
+  // A health check is /health and the served model; no inference leg.
+  EXPECT_EQ(paths, std::vector<std::string>({"control GET /health", "control GET /v1/models"}));
   EXPECT_EQ(State("d1"), PlacementState::kServing);
   EXPECT_EQ(Events("engine_readmitted", "d1").at(0)["evidence"], "health");
   EXPECT_EQ(Metric("narwhal_engine_readmissions_total", {{"iid", "d1"}, {"evidence", "health"}}),
@@ -560,7 +561,7 @@ TEST_F(FleetProberTest, LivenessSkipsEnginesWithLegsInFlight) {
   std::optional<router::Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg.has_value());
   std::vector<std::string> swept;
-  for (const ProbeTask& t : fleet_->TakeDueProbes()) swept.push_back(fleet_->Target(t.index).iid);
+  for (const ProbeTask& t : fleet_->TakeDueProbes()) swept.push_back(t.iid);
   EXPECT_EQ(swept, std::vector<std::string>({"p0", "p1", "d1"}));
 }
 
@@ -600,7 +601,7 @@ TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealt
   std::vector<ProbeTask> tasks = fleet_->TakeDueProbes();
   ASSERT_EQ(tasks.size(), 4u);
   for (const ProbeTask& t : tasks) {
-    const std::string iid = fleet_->Target(t.index).iid;
+    const std::string iid = t.iid;
     EXPECT_EQ(t.kind, iid == "d0" ? ProbeKind::kInference : ProbeKind::kLiveness) << iid;
     prober_->Run(t);
   }
@@ -662,6 +663,24 @@ TEST_F(FleetProberTest, WholeWaveEjectionMakesTheFleetUnready) {
   fleet_->RecordSuccess("p0", router::Success::kHealth);
   EXPECT_TRUE(fleet_->Ready(&why)) << why;
   EXPECT_TRUE(fleet_->PickAndReserve(Phase::kPrefill, {}).has_value());
+}
+
+// A probe that ends (or starts) a whole-wave hold moves every engine's
+// in_placement gauge at once, not only the probed engine's.
+TEST_F(FleetProberTest, WholeWaveGaugesFollowTheProbeThatEndsIt) {
+  settings_.recovery.engine_restart_policy = router::RestartPolicy::kWholeWave;
+  Build();
+  FailDecode("d1", BreakerClass::kConnection, 3, "p0");
+  ASSERT_EQ(State("d1"), PlacementState::kEjected);
+  for (const char* iid : {"p0", "p1", "d0", "d1"}) {
+    EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", iid}}), 0) << iid;
+  }
+  clock_.Advance(kInterval);
+  prober_->Run(TakeOne("d1", ProbeKind::kHealth));
+  ASSERT_EQ(State("d1"), PlacementState::kServing);
+  for (const char* iid : {"p0", "p1", "d0", "d1"}) {
+    EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", iid}}), 1) << iid;
+  }
 }
 
 // ------------------------------------------------------------- the monitor

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,23 +39,46 @@ LinkSettings Links(int hold_after = 3, double window_s = 60) {
   return s;
 }
 
-LinkBook Book(const LinkSettings& s = Links()) { return LinkBook(TwoByTwo(), s, kInterval, kT0); }
+LinkBook Book(const LinkSettings& s = Links()) { return LinkBook(TwoByTwo(), s, kInterval); }
 
-const std::vector<bool> kAllServing = {true, true, true, true};
+bool AllServing(const std::string&) { return true; }
+const std::function<bool(const std::string&)> kAllServing = AllServing;
 
-TEST(LinkBookTest, HoldsEveryRolePermittedPairOfDistinctEnginesAndNothingElse) {
-  const LinkBook book(
-      {Engine("p0", Role::kPrefill), Engine("b0", Role::kBoth), Engine("d0", Role::kDecode)},
-      Links(), kInterval, kT0);
+// Every engine serves but `out`.
+std::function<bool(const std::string&)> AllBut(const std::string& out) {
+  return [out](const std::string& iid) { return iid != out; };
+}
+
+// A link exists once there is evidence about it, only for role-permitted
+// pairs of distinct engines in the fleet (a fleet of N engines would
+// otherwise hold N^2 links from the start).
+TEST(LinkBookTest, KeepsOnlyRolePermittedPairsWithEvidence) {
+  LinkBook book({Engine("p0", Role::kPrefill), Engine("b0", Role::kBoth),
+                 Engine("d0", Role::kDecode)},
+                Links(), kInterval);
+  EXPECT_EQ(book.size(), 0u);
+  EXPECT_EQ(book.Find("p0", "d0"), -1);
+  book.RecordSuccess("p0", "b0", At(1));
+  book.RecordSuccess("p0", "d0", At(1));
+  book.RecordFailure("b0", "d0", "x", At(2));
+  book.RecordSuccess("b0", "b0", At(2));  // a same-engine decode is no link
+  book.RecordSuccess("d0", "p0", At(2));  // the roles do not permit it
+  book.RecordSuccess("p0", "x9", At(2));  // not in the fleet
   EXPECT_EQ(book.size(), 3u);  // p0->b0, p0->d0, b0->d0
   EXPECT_GE(book.Find("p0", "b0"), 0);
   EXPECT_GE(book.Find("p0", "d0"), 0);
   EXPECT_GE(book.Find("b0", "d0"), 0);
-  EXPECT_EQ(book.Find("b0", "b0"), -1);  // a same-engine decode is no link
-  EXPECT_EQ(book.Find("d0", "p0"), -1);  // the roles do not permit it
-  EXPECT_EQ(book.Find("p0", "x9"), -1);  // not in the fleet
-  EXPECT_EQ(book.link(0).state, LinkState::kServing);
-  EXPECT_EQ(book.link(0).since, kT0);
+  EXPECT_EQ(book.Find("b0", "b0"), -1);
+  EXPECT_EQ(book.Find("d0", "p0"), -1);
+  EXPECT_EQ(book.Find("p0", "x9"), -1);
+  const Link& first = book.link(static_cast<size_t>(book.Find("p0", "b0")));
+  EXPECT_EQ(first.state, LinkState::kServing);
+  EXPECT_EQ(first.since, At(1));
+  // An engine that leaves takes its links along; one whose role changed
+  // keeps only what its new role permits.
+  book.SetEngines({Engine("p0", Role::kPrefill), Engine("b0", Role::kPrefill)});
+  EXPECT_EQ(book.size(), 0u);
+  EXPECT_EQ(book.Find("p0", "b0"), -1);
 }
 
 TEST(LinkBookTest, FailuresConcentratedOnOneLinkHoldIt) {
@@ -171,8 +195,8 @@ TEST(LinkBookTest, AHeldLinkIsProbedAtOnceAndReadmittedByAPassedProbe) {
   std::vector<LinkProbeTask> tasks = book.TakeDueProbes(At(3), kAllServing);
   ASSERT_EQ(tasks.size(), 1u);
   EXPECT_EQ(tasks[0].link, static_cast<size_t>(book.Find("p0", "d0")));
-  EXPECT_EQ(tasks[0].producer, 0u);
-  EXPECT_EQ(tasks[0].consumer, 2u);
+  EXPECT_EQ(tasks[0].producer, "p0");
+  EXPECT_EQ(tasks[0].consumer, "d0");
   EXPECT_TRUE(book.TakeDueProbes(At(4), kAllServing).empty());  // running
   std::vector<LinkEvent> events =
       book.CompleteProbe(tasks[0].link, LinkProbeOutcome::kPassed, "d0 decoded", At(4));
@@ -212,8 +236,8 @@ TEST(LinkBookTest, FailedProbesBackOffAndInconclusiveOnesKeepTheCadence) {
 TEST(LinkBookTest, AProbeWaitsWhileAnEngineOfTheLinkIsOutOfPlacement) {
   LinkBook book = Book();
   HoldP0D0(book);
-  EXPECT_TRUE(book.TakeDueProbes(At(3), {true, true, false, true}).empty());  // d0 out
-  EXPECT_TRUE(book.TakeDueProbes(At(3), {false, true, true, true}).empty());  // p0 out
+  EXPECT_TRUE(book.TakeDueProbes(At(3), AllBut("d0")).empty());
+  EXPECT_TRUE(book.TakeDueProbes(At(3), AllBut("p0")).empty());
   EXPECT_EQ(book.TakeDueProbes(At(4), kAllServing).size(), 1u);
 }
 

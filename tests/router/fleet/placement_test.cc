@@ -364,6 +364,7 @@ TEST_F(FleetPlacementTest, DecodeCountsLegsReservedWhilePrefillsRun) {
   // Activation turns a reservation into a running leg.
   ASSERT_TRUE(fleet.Activate(planned[0], {}));
   const std::string active = planned[0].target().iid;
+  fleet.PublishAll();  // as before a scrape
   EXPECT_EQ(
       nt::MetricValue(registry_, "narwhal_engine_inflight", {{"iid", active}, {"phase", "decode"}}),
       active == "d1" ? 2 : 1);

@@ -49,11 +49,11 @@ class ReadmissionTest : public ::testing::Test {
   void Build() {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, nullptr, &bus_);
     engines_ = std::make_unique<ScriptedEngines>(clock_, &clock_, 0.75);
-    prober_ = std::make_unique<router::Prober>(settings_, *engines_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(*engines_, *fleet_, clock_);
   }
 
   router::EngineSnapshot Snapshot(const std::string& iid) {
-    return fleet_->Snapshot()[static_cast<size_t>(fleet_->Find(iid))];
+    return *fleet_->Snapshot(iid);
   }
 
   void HoldOnStreamEvidence(const std::string& iid) {
@@ -137,8 +137,9 @@ TEST_F(ReadmissionTest, EjectedEngineReturnsThroughAHealthCheck) {
   EXPECT_EQ(r->plan.validation, ProbeKind::kHealth);
   EXPECT_EQ(r->plan.evidence, "health");
   EXPECT_EQ(Snapshot("d1").state, PlacementState::kServing);
-  ASSERT_EQ(engines_->calls("control").size(), 1u);
+  ASSERT_EQ(engines_->calls("control").size(), 2u);
   EXPECT_EQ(engines_->calls("control")[0].path, "GET /health");
+  EXPECT_EQ(engines_->calls("control")[1].path, "GET /v1/models");
   EXPECT_EQ(fleet_->EventCounts()["d1"].readmissions, 1);
   EXPECT_EQ(fleet_->EventCounts()["d1"].last_readmission_evidence, "health");
   const std::vector<json> readmitted = BusEvents("engine_readmitted");

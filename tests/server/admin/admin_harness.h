@@ -47,7 +47,7 @@ class AdminHarness {
   explicit AdminHarness(router::Settings settings, server::AdminOptions options = {})
       : settings_(std::move(settings)), metrics_(registry_), client_(ClientOptions(settings_)) {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, nullptr, &events_);
-    prober_ = std::make_unique<router::Prober>(settings_, client_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(client_, *fleet_, clock_);
     service_ = std::make_unique<server::AdminService>(settings_, *fleet_, *prober_, events_,
                                                       client_, clock_, std::move(options));
     grpc::ServerBuilder builder;

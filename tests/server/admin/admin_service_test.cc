@@ -262,6 +262,15 @@ TEST(AdminServiceTest, GetBreakersReportsNotReadyWhenARoleHasNoEngine) {
   for (const char* iid : {"d0", "d1"}) {
     pb::EjectEngineRequest request;
     request.set_iid(iid);
+    if (std::string(iid) == "d1") {
+      // The last decode engine: refused unless forced.
+      const grpc::Status refused = Call(h, &pb::Admin::Stub::EjectEngine, request, &engine);
+      EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+      EXPECT_NE(refused.error_message().find("last engine in placement for the decode role"),
+                std::string::npos)
+          << refused.error_message();
+      request.set_force(true);
+    }
     ASSERT_TRUE(Call(h, &pb::Admin::Stub::EjectEngine, request, &engine).ok());
   }
   pb::GetBreakersResponse breakers;
@@ -648,6 +657,7 @@ TEST(AdminServiceTest, WatchEventsReplaysSinceSeqThenStreamsNewEvents) {
 
   pb::EjectEngineRequest eject;
   eject.set_iid("p0");
+  eject.set_force(true);  // the only prefill engine
   pb::Engine engine;
   ASSERT_TRUE(Call(h, &pb::Admin::Stub::EjectEngine, eject, &engine).ok());
   ASSERT_TRUE(watcher.Next(&event));

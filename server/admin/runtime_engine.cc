@@ -1,0 +1,51 @@
+#include "server/admin/runtime_engine.h"
+
+#include <algorithm>
+
+#include "engines/engine_failure.h"
+#include "server/config/address_rules.h"
+
+namespace narwhal::server {
+namespace {
+
+constexpr size_t kMaxIidBytes = 128;
+constexpr size_t kMaxKvEngineIdBytes = 256;
+
+}  // namespace
+
+absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
+                                                     const std::string& url,
+                                                     const std::string& role,
+                                                     const std::string& kv_engine_id) {
+  if (iid.empty()) return absl::InvalidArgumentError("iid is required");
+  if (iid.size() > kMaxIidBytes ||
+      !std::all_of(iid.begin(), iid.end(), config_file::IsIidChar)) {
+    return absl::InvalidArgumentError("iid must be 1-" + std::to_string(kMaxIidBytes) +
+                                      " characters of [A-Za-z0-9._-] (got \"" +
+                                      engines::EngineText(iid) + "\")");
+  }
+  router::EngineSettings e;
+  e.iid = iid;
+  std::string identity;
+  if (std::optional<std::string> why = config_file::EngineUrlError(url, &e.url, &identity)) {
+    return absl::InvalidArgumentError("url " + *why + " (got \"" + engines::EngineText(url) + "\")");
+  }
+  if (role.empty() || role == "both") {
+    e.role = router::Role::kBoth;
+  } else if (role == "prefill") {
+    e.role = router::Role::kPrefill;
+  } else if (role == "decode") {
+    e.role = router::Role::kDecode;
+  } else {
+    return absl::InvalidArgumentError("role must be prefill, decode or both (got \"" +
+                                      engines::EngineText(role) + "\")");
+  }
+  if (kv_engine_id.size() > kMaxKvEngineIdBytes) {
+    return absl::InvalidArgumentError("kv_engine_id is over " +
+                                      std::to_string(kMaxKvEngineIdBytes) + " bytes");
+  }
+  e.kv_engine_id = kv_engine_id;
+  return e;
+}
+
+}  // namespace narwhal::server

@@ -1,0 +1,25 @@
+// The engine an AddEngine call describes (B25), checked by the fleet file's
+// own rules for an engine id and URL (server/config/address_rules.h).
+#ifndef NARWHAL_SERVER_ADMIN_RUNTIME_ENGINE_H_
+#define NARWHAL_SERVER_ADMIN_RUNTIME_ENGINE_H_
+
+#include <absl/status/statusor.h>
+
+#include <string>
+
+#include "router/common/settings.h"
+
+namespace narwhal::server {
+
+// The engine, or INVALID_ARGUMENT naming the field: an empty or over-long
+// iid or one with characters outside [A-Za-z0-9._-], a URL that is not
+// http://host:port, a role other than prefill, decode or both ("" = both),
+// a kv_engine_id over 256 bytes.
+absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
+                                                     const std::string& url,
+                                                     const std::string& role,
+                                                     const std::string& kv_engine_id);
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_ADMIN_RUNTIME_ENGINE_H_
