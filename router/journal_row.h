@@ -28,8 +28,9 @@ struct AttemptFailure {
   engines::EngineFailure failure;
   bool output_started = false;
   bool retry_scheduled = false;
-  std::string retry_reason;  // allowed, output_started, attempt_limit, non_transient,
-                             // original_deadline, shared_budget, no_engine, cancelled
+  std::string retry_reason;  // allowed, connect_failover, output_started, attempt_limit,
+                             // non_transient, original_deadline, shared_budget, no_engine,
+                             // cancelled
 };
 
 // What the router learned about a request while it ran (empty for a

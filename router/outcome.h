@@ -66,6 +66,7 @@ struct Outcome {
   engines::FailureCause cause = engines::FailureCause::kNone;
   int engine_status = 0;
   std::string message;          // error detail; starts with the SPEC §5 detail text
+  std::string param;            // the request field at fault (OpenAI `param`), "" when none
   bool output_started = false;  // client-visible output had been sent (B16)
 
   // B9, seconds from arrival; absent when the leg never got there.

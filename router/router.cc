@@ -408,6 +408,13 @@ class Router::Run {
     co_return OnFailure(attempt, std::move(failure), relay.output_started());
   }
 
+  // A leg whose connection was never established (refused, unreachable,
+  // not within http.connect_timeout_s): no request reached the engine.
+  static bool NothingReachedTheEngine(const EngineFailure& f) {
+    return f.cause == engines::FailureCause::kConnectFailed ||
+           f.cause == engines::FailureCause::kConnectTimeout;
+  }
+
   // Records a failed leg and decides whether to retry (B14).
   bool OnFailure(int attempt, EngineFailure f, bool output_started) {
     AttemptFailure af{attempt, f, output_started, false, ""};
@@ -431,9 +438,20 @@ class Router::Run {
       af.retry_reason = "output_started";
     } else if (f.reason == FailureReason::kDeadline) {
       af.retry_reason = "original_deadline";
+    } else if (NothingReachedTheEngine(f) && !connect_failover_used_ &&
+               r_.fleet_.CanPlace(Phase::kPrefill, excluded_) &&
+               r_.fleet_.CanPlace(Phase::kDecode, excluded_)) {
+      // The connect failed: the engine saw nothing, so one more attempt on
+      // another engine is always safe. It is taken at once, outside
+      // max_attempts and without a retry credit (B14 governs attempts that
+      // reached an engine); the deadline still bounds it.
+      connect_failover_used_ = true;
+      next_backoff_s_ = 0;
+      af.retry_reason = "connect_failover";
+      af.retry_scheduled = true;
     } else if (!f.transient) {
       af.retry_reason = "non_transient";
-    } else if (attempt >= s.serving.max_attempts) {
+    } else if (attempt - (connect_failover_used_ ? 1 : 0) >= s.serving.max_attempts) {
       af.retry_reason = "attempt_limit";
     } else if (!r_.fleet_.CanPlace(Phase::kPrefill, excluded_) ||
                !r_.fleet_.CanPlace(Phase::kDecode, excluded_)) {
@@ -541,6 +559,15 @@ class Router::Run {
   void Finish(Outcome o) {
     if (finished_) return;  // exactly once
     finished_ = true;
+    if (o.terminal == Terminal::kCancelled && r_.cutting_.load()) {
+      // Cut at the drain deadline: the router's doing, not the client's.
+      Outcome cut = RefusalOutcome(Terminal::kFailed, Reason::kShuttingDown,
+                                   "router shut down before the request finished (the drain's "
+                                   "serving.graceful_timeout_s passed)");
+      cut.phase = o.phase;
+      cut.output_started = o.output_started;
+      o = std::move(cut);
+    }
     SendReport();  // before the outcome: whoever sees it sees the evidence queued
     o.ttft_s = ttft_s_;
     o.first_byte_s = first_byte_s_;
@@ -561,6 +588,7 @@ class Router::Run {
   bool keyed_ = false;
   double next_backoff_s_ = 0;
   bool credit_held_ = false;
+  bool connect_failover_used_ = false;  // the one failover after a failed connect
   std::optional<double> ttft_s_;
   std::optional<double> first_byte_s_;
   long long output_tokens_ = 0;
@@ -670,6 +698,8 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
   } else if (!too_long.empty()) {
     refusal =
         RefusalOutcome(Terminal::kInvalid, Reason::kContextLengthExceeded, std::move(too_long));
+    // The field that is too long, as OpenAI names it.
+    refusal->param = request.api == engines::Api::kChatCompletions ? "messages" : "prompt";
   } else if (inflight_.fetch_add(1) >= max_inflight) {
     inflight_.fetch_sub(1);
     refusal = RefusalOutcome(Terminal::kRejected, Reason::kInflightLimit,
@@ -766,7 +796,7 @@ void Router::WriteJournal(const Request& request, const Outcome& outcome,
   journal_->Write(JournalRow(request, outcome, record, duration_s, journal_status_));
 }
 
-void Router::Drain(engines::MonoClock::duration grace, const engines::Executor& executor) {
+size_t Router::Drain(engines::MonoClock::duration grace, const engines::Executor& executor) {
   accepting_.store(false);
   // The grace period ends when the clock's timer fires on the loop; the
   // timer lives and dies there.
@@ -796,12 +826,14 @@ void Router::Drain(engines::MonoClock::duration grace, const engines::Executor& 
   if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
     LogError("drain: the event loop did not release the grace timer within 10 s");
   }
-  CancelLiveAndWait();
+  cutting_.store(true);
+  const size_t cut = CancelLiveAndWait();
   // Releases still running end now, while the loops still run them.
   releaser_.Cancel();
+  return cut;
 }
 
-void Router::CancelLiveAndWait() {
+size_t Router::CancelLiveAndWait() {
   std::unique_lock<std::mutex> lock(live_mu_);
   std::vector<std::shared_ptr<ResponseSink>> rest = live_;
   lock.unlock();
@@ -810,6 +842,7 @@ void Router::CancelLiveAndWait() {
   // Cancelled legs unwind within moments (on the loops, not on the clock);
   // the real-time bound only guards against bugs.
   live_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return live_.empty(); });
+  return rest.size();
 }
 
 }  // namespace narwhal::router

@@ -77,9 +77,12 @@ class Router {
 
   // Graceful shutdown: refuse new requests, let in-flight ones finish for up
   // to `grace` — measured on the injected clock, by a timer on `executor`'s
-  // loop — then cancel the rest and wait for them to unwind. Blocks: call it
-  // from a thread that runs no event loop.
-  void Drain(engines::MonoClock::duration grace, const engines::Executor& executor);
+  // loop — then cut the rest and wait for them to unwind. A cut request
+  // ends failed with reason shutting_down (503 backend_unavailable; a
+  // committed stream gets its terminal error event, a gRPC call
+  // UNAVAILABLE), never as the client's cancellation. Returns how many
+  // were cut. Blocks: call it from a thread that runs no event loop.
+  size_t Drain(engines::MonoClock::duration grace, const engines::Executor& executor);
 
   // Also writes each finished request's line to `log` (may be null). Call
   // before the first request; `log` must outlive the Router.
@@ -112,8 +115,9 @@ class Router {
   void WriteJournal(const Request& request, const Outcome& outcome, const RequestRecord& record,
                     double duration_s);
   double Backoff(const Settings& settings, int failed_attempt);
-  // Cancels every admitted request and waits until each has finished.
-  void CancelLiveAndWait();
+  // Cancels every admitted request and waits until each has finished;
+  // returns how many there were.
+  size_t CancelLiveAndWait();
 
   const Settings& settings_;
   // Generation 1, the settings above (when no LiveSettings is followed).
@@ -144,6 +148,9 @@ class Router {
 
   std::atomic<int> inflight_{0};
   std::atomic<bool> accepting_{true};
+  // Set when the drain's grace is over: a request cancelled from now on was
+  // cut by the shutdown, not by its client.
+  std::atomic<bool> cutting_{false};
   std::mutex live_mu_;
   std::condition_variable live_cv_;
   std::vector<std::shared_ptr<ResponseSink>> live_;  // admitted, not finished

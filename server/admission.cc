@@ -71,6 +71,7 @@ DoorBody DoorBodyFrom(engines::Api api, ParsedRequest parsed) {
   out.api = api;
   if (!parsed.ok) {
     out.refusal = RefusalFor(parsed.error);
+    out.body = std::move(parsed.body);
     return out;
   }
   out.stream = parsed.stream;
@@ -135,7 +136,10 @@ AdmissionResult RequestAdmission::Admit(
   }
   DoorBody translated = body(SettingsOf(r));
   r.api = translated.api;
-  if (translated.refusal) return Refused(std::move(r), std::move(*translated.refusal));
+  if (translated.refusal) {
+    r.body = std::move(translated.body);  // an unknown model's name, for the access log
+    return Refused(std::move(r), std::move(*translated.refusal));
+  }
   r.stream = translated.stream;
   r.body = std::move(translated.body);
   AdmissionResult result;

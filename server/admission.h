@@ -117,7 +117,7 @@ struct DoorRequest {
 struct DoorBody {
   engines::Api api = engines::Api::kCompletions;
   bool stream = false;
-  nlohmann::json body;
+  nlohmann::json body;  // for a refusal: what the journal may show of it, if anything
   std::optional<Refusal> refusal;
 };
 

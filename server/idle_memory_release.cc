@@ -48,8 +48,10 @@ bool IdleReleasePolicy::Observe(int inflight) {
 
 void ReleaseFreedHeap() {
   const double before = RssMib();
-  ::malloc_trim(0);
+  const bool released = ::malloc_trim(0) != 0;
   const double after = RssMib();
+  // Logged only when the heap gave memory back.
+  if (!released || after >= before) return;
   LogInfo("narwhal-serve: idle: returned freed heap to the system (RSS " + Mib(before) + " -> " +
           Mib(after) + ")");
 }

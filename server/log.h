@@ -11,6 +11,7 @@ using router::Log;
 using router::LogError;
 using router::LogInfo;
 using router::LogLevel;
+using router::LogSeconds;
 using router::LogWarning;
 
 }  // namespace narwhal::server

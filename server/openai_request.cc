@@ -172,6 +172,7 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
     ParsedRequest unknown =
         Fail(404, "The model `" + model->get<std::string>() + "` does not exist.", "model");
     unknown.error.unknown_model = true;
+    unknown.body = json{{"model", *model}};  // for the journal and access log
     return unknown;
   }
 

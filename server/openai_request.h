@@ -34,7 +34,8 @@ struct ClientError {
 struct ParsedRequest {
   bool ok = false;
   ClientError error;     // when !ok
-  nlohmann::json body;   // when ok: the body to forward
+  nlohmann::json body;   // when ok: the body to forward; for an unknown model
+                         // only {"model": <the client's name>}
   bool stream = false;
 };
 

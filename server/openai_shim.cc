@@ -171,16 +171,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   HttpResponse Plain(const HttpRequest& request, std::string_view path) override {
-    if (request.method() == http::verb::get) {
-      if (path == "/health") return JsonResponse(200, {{"status", "ok"}});
-      if (path == "/ready") return Ready();
-      if (path == "/metrics") return Metrics();
-      if (path == "/v1/models") return Models(request);
-    }
-    return JsonResponse(
-        404, OpenAiErrorBody(
-                 404, ErrorType::kInvalidRequest,
-                 "no route for " + std::string(request.method_string()) + " " + std::string(path)));
+    return WithRequestId(request, Route(request, path));
   }
 
   Admission Admit(const HttpRequest& request, std::string_view path) override {
@@ -198,7 +189,9 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   HttpResponse Refuse(const HttpRequest& partial, std::string_view path, Refusal refusal) override {
-    if (!IsGeneration(partial.method(), path)) return ErrorResponse(RefusalOutcome(refusal));
+    if (!IsGeneration(partial.method(), path)) {
+      return WithRequestId(partial, ErrorResponse(RefusalOutcome(refusal)));
+    }
     return RefusalResponse(admission_.Refuse(HttpDoorRequest(partial, path), std::move(refusal)));
   }
 
@@ -270,6 +263,30 @@ class OpenAiShim::Impl final : public HttpRoutes {
     response.result(http::status::ok);
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     response.body() = router::MetricsText(registry_.Collect());
+    return response;
+  }
+
+  HttpResponse Route(const HttpRequest& request, std::string_view path) {
+    if (request.method() == http::verb::get) {
+      if (path == "/health") return JsonResponse(200, {{"status", "ok"}});
+      if (path == "/ready") return Ready();
+      if (path == "/metrics") return Metrics();
+      if (path == "/v1/models") return Models(request);
+    }
+    return JsonResponse(
+        404, OpenAiErrorBody(
+                 404, ErrorType::kInvalidRequest,
+                 "no route for " + std::string(request.method_string()) + " " + std::string(path)));
+  }
+
+  // Every response carries a request id; a response that is not a
+  // generation's (probes, models, 404, a refused non-generation request)
+  // gets a fresh one that no journal row carries, and the client's own
+  // sane X-Request-Id echoed.
+  HttpResponse WithRequestId(const HttpRequest& request, HttpResponse response) {
+    response.set("x-request-id", router_.NewRequestId());
+    const std::string client_rid = SaneClientRequestId(request["X-Request-Id"]);
+    if (!client_rid.empty()) response.set(kClientRequestIdHeader, client_rid);
     return response;
   }
 

@@ -533,7 +533,7 @@ int Serve(const Args& args) {
   // The drain bound of the configuration in force (a reload may change it).
   const double graceful_timeout_s = live.Current()->settings.serving.graceful_timeout_s;
   LogInfo(std::string("narwhal-serve: ") + (received == SIGTERM ? "SIGTERM" : "SIGINT") +
-          ": draining for up to " + std::to_string(graceful_timeout_s) + "s");
+          ": draining for up to " + LogSeconds(graceful_timeout_s));
   // Graceful drain: new requests are refused (503) while admitted ones
   // finish, streams included, for up to serving.graceful_timeout_s; then
   // whatever is left is cancelled and every listener closes.
@@ -545,7 +545,14 @@ int Serve(const Args& args) {
   // The admin API ends its event streams and pending calls at once.
   admin.Shutdown();
   admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  router.Drain(engines::FromSeconds(graceful_timeout_s), loops.executor(0));
+  const size_t cut = router.Drain(engines::FromSeconds(graceful_timeout_s), loops.executor(0));
+  if (cut > 0) {
+    LogWarning("narwhal-serve: drain deadline (" + LogSeconds(graceful_timeout_s) + ") passed: " +
+               std::to_string(cut) + (cut == 1 ? " request" : " requests") +
+               " cut, each ended with a shutting_down error (503; gRPC UNAVAILABLE)");
+  } else {
+    LogInfo("narwhal-serve: drained: every admitted request finished");
+  }
   // The last events of finished requests still reach their clients.
   shim.WaitIdle(std::max(drain_deadline, clock.Now() + std::chrono::seconds(1)));
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

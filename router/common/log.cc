@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -128,6 +129,16 @@ void Log(LogLevel level, std::string_view message) { Write(level, message, nullp
 
 void Log(LogLevel level, std::string_view message, const nlohmann::json& fields) {
   Write(level, message, &fields);
+}
+
+std::string LogSeconds(double s) {
+  char buf[48];
+  if (s == std::floor(s) && std::fabs(s) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.6gs", s);
+  }
+  return buf;
 }
 
 }  // namespace narwhal::router

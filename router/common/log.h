@@ -9,6 +9,7 @@
 #define NARWHAL_ROUTER_COMMON_LOG_H_
 
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 #include <string_view>
 
 namespace narwhal::router {
@@ -33,6 +34,10 @@ inline void LogDebug(std::string_view m) { Log(LogLevel::kDebug, m); }
 inline void LogInfo(std::string_view m) { Log(LogLevel::kInfo, m); }
 inline void LogWarning(std::string_view m) { Log(LogLevel::kWarning, m); }
 inline void LogError(std::string_view m) { Log(LogLevel::kError, m); }
+
+// A duration for a log line: "15s", "0.25s", "3600s" (whole seconds as an
+// integer, else up to 6 significant digits, no trailing zeros).
+std::string LogSeconds(double s);
 
 }  // namespace narwhal::router
 

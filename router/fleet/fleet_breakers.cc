@@ -402,8 +402,12 @@ void Fleet::PublishAllLocked() {
 
 void Fleet::Publish(const FleetEvent& event) {
   counts_.Count(event);
+  const LogLevel level = FleetEventLogLevel(event);
+  const bool routine = IsRoutineFleetEvent(event);
+  if (routine && !LogEnabled(level)) return;
   nlohmann::json wire = FleetEventJson(event, clock_.WallNow());
-  LogFleetEvent(FleetEventLogLevel(event), wire);
+  LogFleetEvent(level, wire);
+  if (routine) return;  // counted and logged (debug) only
   if (events_ != nullptr) wire = events_->Publish(std::move(wire));
   if (journal_ != nullptr) journal_->Write(std::move(wire));
 }

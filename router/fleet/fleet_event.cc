@@ -146,14 +146,16 @@ nlohmann::json FleetEventJson(const FleetEvent& e, double at) {
   return j;
 }
 
+bool IsRoutineFleetEvent(const FleetEvent& e) {
+  return e.kind == FleetEventKind::kEngineProbe && e.outcome == ProbeOutcome::kPassed &&
+         e.probe_kind == ProbeKind::kLiveness;
+}
+
 LogLevel FleetEventLogLevel(const FleetEvent& e) {
   const bool failed = (e.outcome && *e.outcome == ProbeOutcome::kFailed) ||
                       (e.link_outcome && *e.link_outcome == LinkProbeOutcome::kFailed) ||
                       (e.preflight && !e.preflight->passed);
-  if (e.kind == FleetEventKind::kEngineProbe && e.outcome == ProbeOutcome::kPassed &&
-      e.probe_kind == ProbeKind::kLiveness) {
-    return LogLevel::kDebug;
-  }
+  if (IsRoutineFleetEvent(e)) return LogLevel::kDebug;
   if (e.kind == FleetEventKind::kEngineEjected || e.kind == FleetEventKind::kEngineHoldStarted ||
       e.kind == FleetEventKind::kEngineReadmitRefused ||
       e.kind == FleetEventKind::kEngineJoinFailed || failed) {

@@ -64,6 +64,12 @@ nlohmann::json FleetEventJson(const FleetEvent& e, double at);
 // warnings; the rest info.
 LogLevel FleetEventLogLevel(const FleetEvent& e);
 
+// A passing liveness sweep: routine, not a state change. It is counted
+// (narwhal_engine_probes_total) and logged at debug, but never journaled nor
+// streamed to WatchEvents, so that the event history holds state changes
+// and failures rather than a probe every liveness_interval_s per engine.
+bool IsRoutineFleetEvent(const FleetEvent& e);
+
 }  // namespace narwhal::router
 
 #endif  // NARWHAL_ROUTER_FLEET_FLEET_EVENT_H_

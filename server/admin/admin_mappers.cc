@@ -1,5 +1,9 @@
 #include "server/admin/admin_mappers.h"
 
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+
 #include "engines/engine_failure.h"
 #include "server/admin/struct_codec.h"
 
@@ -63,7 +67,19 @@ void FillEvent(const nlohmann::json& event, pb::Event* out) {
   out->set_detail(JsonString(event, "detail"));
   out->set_source(JsonString(event, "source"));
   out->set_url(JsonString(event, "url"));
-  JsonToStruct(event, out->mutable_fields());
+  // `fields` holds only what the typed fields above do not.
+  static constexpr std::string_view kTyped[] = {
+      "seq",         "at",      "event",    "iid",    "hold_kind", "cause", "evidence",
+      "probe_kind",  "outcome", "producer", "detail", "source",    "url"};
+  nlohmann::json rest = nlohmann::json::object();
+  if (event.is_object()) {
+    for (const auto& [key, value] : event.items()) {
+      if (std::find(std::begin(kTyped), std::end(kTyped), key) == std::end(kTyped)) {
+        rest[key] = value;
+      }
+    }
+  }
+  JsonToStruct(rest, out->mutable_fields());
 }
 
 void FillEngine(const EngineSnapshot& s, pb::Engine* out) {

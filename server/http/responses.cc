@@ -38,7 +38,7 @@ HttpResponse ErrorResponse(const router::Outcome& outcome, const std::string& pa
 }
 
 HttpResponse OutcomeResponse(const router::Outcome& outcome) {
-  if (!outcome.ok()) return ErrorResponse(outcome);  // timings: the journal row has them
+  if (!outcome.ok()) return ErrorResponse(outcome, outcome.param);  // timings: in the journal row
   HttpResponse res = JsonResponse(200, outcome.body);
   if (outcome.ttft_s) res.set("x-narwhal-ttft-s", FormatSeconds(*outcome.ttft_s));
   if (outcome.first_byte_s) res.set("x-narwhal-first-byte-s", FormatSeconds(*outcome.first_byte_s));

@@ -245,17 +245,40 @@ class DockerfileTest(unittest.TestCase):
         self.assertEqual(json.loads(entry.split(None, 1)[1]), ["/usr/local/bin/narwhal-serve"])
 
     def healthcheck(self, port):
+        """Runs the image's HEALTHCHECK command with NARWHAL_HEALTH_PORT=port."""
         _, (_, runtime) = dockerfile_stages()
         (hc,) = [i for i in runtime if i.startswith("HEALTHCHECK ")]
         argv = json.loads(hc.split(" CMD ", 1)[1])
-        self.assertIn("/dev/tcp/127.0.0.1/8000", argv[-1])
-        argv[-1] = argv[-1].replace("/dev/tcp/127.0.0.1/8000", f"/dev/tcp/127.0.0.1/{port}")
-        return subprocess.run(argv, capture_output=True, timeout=10).returncode
+        self.assertNotIn("/dev/tcp/127.0.0.1/8000", argv[-1])
+        env = dict(os.environ, NARWHAL_HEALTH_PORT=str(port))
+        return subprocess.run(argv, capture_output=True, timeout=10, env=env).returncode
 
     def test_healthcheck_passes_on_a_live_router_and_fails_without_one(self):
         with ServeProcess() as serve:
             self.assertEqual(self.healthcheck(port_of(serve.http)), 0)
         self.assertNotEqual(self.healthcheck(free_port()), 0)
+
+    def test_healthcheck_port_defaults_to_the_http_listener(self):
+        _, (_, runtime) = dockerfile_stages()
+        self.assertIn("ENV NARWHAL_HEALTH_PORT=8000", runtime)
+        self.assertIn("EXPOSE 8000 50051", runtime)
+
+    def test_default_command_requires_a_fleet_file(self):
+        """Without a mounted fleet file the image's command refuses to start
+        (it never serves the simulated fleet)."""
+        _, (_, runtime) = dockerfile_stages()
+        (cmd,) = [i for i in runtime if i.startswith("CMD ")]
+        args = json.loads(cmd.split(None, 1)[1])
+        self.assertEqual(args[:2], ["--config", "/etc/narwhal/fleet.json"])
+        serve = os.environ["NARWHAL_SERVE_BIN"]
+        with tempfile.TemporaryDirectory() as d:
+            args[1] = os.path.join(d, "fleet.json")  # absent, as in an image without a mount
+            args = [a.replace("0.0.0.0:8000", "127.0.0.1:0").replace("0.0.0.0:50051", "127.0.0.1:0")
+                    for a in args]
+            done = subprocess.run([serve] + args, capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn(os.path.join(d, "fleet.json"), done.stderr)
+        self.assertNotIn("simulated", done.stdout + done.stderr)
 
 
 class GrafanaDashboardTest(unittest.TestCase):

@@ -92,7 +92,7 @@ TEST_F(ServeLifecycleTest, SigtermLetsAnInFlightStreamFinish) {
   EXPECT_EQ(rows[0]["output_tokens"], 8);
 }
 
-TEST_F(ServeLifecycleTest, SigtermCancelsWhatOutlastsTheGracePeriod) {
+TEST_F(ServeLifecycleTest, SigtermCutsWhatOutlastsTheGracePeriodWithATerminalError) {
   ServeProcess& router = StartRouter({"p0", "d0"}, {{"serving", {{"graceful_timeout_s", 0.5}}},
                                                     {"engine", {{"decode_read_timeout_s", 30}}}});
   SetFaults("d0",
@@ -115,11 +115,20 @@ TEST_F(ServeLifecycleTest, SigtermCancelsWhatOutlastsTheGracePeriod) {
       << "the stream was cut before serving.graceful_timeout_s (0.5 s) ran out";
   EXPECT_LT(after_signal, absl::Seconds(10)) << "the drain did not end the stalled stream";
   EXPECT_FALSE(c.saw_done()) << Describe(c);
+  // The client learns why: one terminal error event, not a bare close.
+  const json terminal = TerminalErrorEvent(c);
+  ASSERT_FALSE(terminal.is_null()) << Describe(c);
+  EXPECT_EQ(terminal["code"], 503) << terminal.dump();
+  EXPECT_EQ(terminal["message"].get<std::string>().rfind("router shut down", 0), 0u)
+      << terminal.dump();
   const std::optional<int> code = router.Wait(absl::Seconds(20));
   EXPECT_EQ(code, std::optional<int>(0)) << router.StderrTail();
   std::vector<json> rows = router.JournalRowsFor(Header(c, "x-request-id"));
   ASSERT_EQ(rows.size(), 1u) << "rows are never lost on SIGTERM";
-  EXPECT_NE(rows[0]["terminal"], "completed") << rows[0].dump();
+  // The router's doing, never the client's cancellation.
+  EXPECT_EQ(rows[0]["terminal"], "failed") << rows[0].dump();
+  EXPECT_EQ(rows[0]["reason"], "shutting_down") << rows[0].dump();
+  EXPECT_NE(router.Stderr().find("1 request cut"), std::string::npos) << router.StderrTail();
   // The engine leg was closed.
   std::vector<json> decodes = SimRequests(Sim("d0"), "decode");
   ASSERT_EQ(decodes.size(), 1u);

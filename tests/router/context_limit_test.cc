@@ -163,6 +163,7 @@ TEST_F(ContextLimitRouterTest, OverTheLimitIsRefusedBeforeAnyPrefillAndCountedIn
   EXPECT_EQ(HttpStatus(o), 400);
   EXPECT_EQ(ErrorTypeOf(o), server::ErrorType::kInvalidRequest);
   EXPECT_EQ(o.message, "max_tokens 5000 exceeds the model's context length (max_model_len 4096)");
+  EXPECT_EQ(o.param, "prompt");  // the field OpenAI names for a completion
   EXPECT_TRUE(fake_.prefill_calls().empty());
   EXPECT_TRUE(fake_.decode_calls().empty());
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_requests_total", {{"terminal", "invalid"}}), 1);
@@ -176,6 +177,16 @@ TEST_F(ContextLimitRouterTest, OverTheLimitIsRefusedBeforeAnyPrefillAndCountedIn
     for (int v : s.streak) EXPECT_EQ(v, 0) << s.settings.iid;
   }
   EXPECT_EQ(router_->inflight(), 0);
+}
+
+TEST_F(ContextLimitRouterTest, AChatOverTheLimitNamesItsMessages) {
+  fleet_->RecordMaxModelLen("d0", 4096);
+  const json chat = {{"model", "m"},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_tokens", 5000}};
+  const Outcome o = Serve(chat, Api::kChatCompletions);
+  EXPECT_EQ(o.terminal, Terminal::kInvalid);
+  EXPECT_EQ(o.param, "messages");
 }
 
 TEST_F(ContextLimitRouterTest, WithinTheLimitIsServed) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include "router/common/log.h"
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
 #include "router/fleet/breaker_book.h"
@@ -560,6 +561,14 @@ TEST(WorkerPoolTest, ThreadCountIsCappedAndQueuedTasksStillRun) {
     release.set_value();
   }  // the destructor runs what is queued, then joins
   EXPECT_EQ(ran.load(), 6);
+}
+
+TEST(LogSecondsTest, ShortestReadableDuration) {
+  EXPECT_EQ(LogSeconds(15), "15s");
+  EXPECT_EQ(LogSeconds(0.25), "0.25s");
+  EXPECT_EQ(LogSeconds(3600), "3600s");
+  EXPECT_EQ(LogSeconds(0.1 + 0.2), "0.3s");
+  EXPECT_EQ(LogSeconds(0), "0s");
 }
 
 }  // namespace

@@ -908,7 +908,7 @@ TEST_F(RouterTest, B14_NoRetryWhenTheBackoffWouldPassTheDeadline) {
   Request req = MakeRequest(true);
   req.deadline = req.arrived + 10ms;
   // Fails 1 µs before the deadline: any backoff above 1 µs passes it.
-  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused(), 10ms - 1us));
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost(), 10ms - 1us));
   const std::string rid = req.rid;
   Result r = Run(std::move(req));
   EXPECT_EQ(nt::HttpStatus(r.outcome), 502);  // the failed attempt's own status
@@ -916,6 +916,85 @@ TEST_F(RouterTest, B14_NoRetryWhenTheBackoffWouldPassTheDeadline) {
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "original_deadline");
   EXPECT_EQ(router_->retry_budget().credits(), settings_.serving.retry_budget);
+}
+
+// A refused connect reached no engine: it fails over once, at once, on
+// another engine, outside max_attempts and the shared budget.
+TEST_F(RouterTest, RefusedConnectFailsOverOnceWithoutARetryCredit) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  settings_.serving.retry_budget = 0;  // no credit: a real retry could not happen
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 200);
+  ASSERT_EQ(fake_.prefill_calls().size(), 2u);
+  EXPECT_NE(fake_.prefill_calls()[0].target.iid, fake_.prefill_calls()[1].target.iid);
+  // At once: no backoff.
+  EXPECT_EQ(fake_.prefill_calls()[1].started, fake_.prefill_calls()[0].started);
+  const json row = Row(rid);
+  EXPECT_EQ(row["attempts"], 2);
+  ASSERT_EQ(row["attempt_failures"].size(), 1u);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "connect_failover");
+  EXPECT_EQ(row["attempt_failures"][0]["retry_scheduled"], true);
+  EXPECT_EQ(router_->retry_budget().credits(), 0);
+}
+
+TEST_F(RouterTest, RefusedDecodeConnectFailsOverToAnotherConsumer) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::ConnectRefused()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 200);
+  ASSERT_EQ(fake_.decode_calls().size(), 2u);
+  EXPECT_NE(fake_.decode_calls()[0].target.iid, fake_.decode_calls()[1].target.iid);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "connect_failover");
+}
+
+TEST_F(RouterTest, OnlyOneFailoverAndItSpendsNoAttempt) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("p2", Role::kPrefill), Engine("d0", Role::kDecode)};
+  Start();  // max_attempts 1
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 502);
+  EXPECT_EQ(fake_.prefill_calls().size(), 2u);  // p2 is never tried
+  const json row = Row(rid);
+  ASSERT_EQ(row["attempt_failures"].size(), 2u);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "connect_failover");
+  EXPECT_EQ(row["attempt_failures"][1]["retry_reason"], "attempt_limit");
+}
+
+TEST_F(RouterTest, AFailoverLeavesTheConfiguredRetriesIntact) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("p2", Role::kPrefill), Engine("d0", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  std::string rid;
+  Result r = Run(true, Api::kCompletions, &rid);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 200);
+  EXPECT_EQ(fake_.prefill_calls().size(), 3u);
+  const json row = Row(rid);
+  EXPECT_EQ(row["attempt_failures"][0]["retry_reason"], "connect_failover");
+  EXPECT_EQ(row["attempt_failures"][1]["retry_reason"], "allowed");
+}
+
+TEST_F(RouterTest, AFailureThatReachedTheEngineIsNoFailover) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode)};
+  Start();  // max_attempts 1
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
+  std::string rid;
+  EXPECT_EQ(nt::HttpStatus(Run(true, Api::kCompletions, &rid).outcome), 502);
+  EXPECT_EQ(fake_.prefill_calls().size(), 1u);
+  EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "attempt_limit");
 }
 
 TEST_F(RouterTest, B14_SharedBudgetDeniesRetriesAndReplenishesPerSuccess) {
@@ -1054,7 +1133,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
                        Engine("d0", Role::kDecode)};
   settings_.recovery.failure_quarantine_s = 5;
   Start();
-  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
   EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   const std::string failed = fake_.prefill_calls()[0].target.iid;
   const std::string other = failed == "p0" ? "p1" : "p0";
@@ -1064,7 +1143,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
   EXPECT_EQ(s.hold_kind, "timed");
   ASSERT_TRUE(s.hold_remaining_s.has_value());
   EXPECT_DOUBLE_EQ(*s.hold_remaining_s, 5.0);
-  EXPECT_THAT(s.hold_cause, HasSubstr("engine_unreachable"));
+  EXPECT_THAT(s.hold_cause, HasSubstr("engine_connection"));
   EXPECT_EQ(Metric("narwhal_engine_held", {{"iid", failed}, {"kind", "timed"}}), 1);
   EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", failed}}), 1);
   EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", other}}), 0);
@@ -1082,7 +1161,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
   // Back in placement: it takes the next request, or — if that lands on the
   // other producer, which fails and is quarantined now that it is no longer
   // the last one — the one after.
-  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()), other);
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()), other);
   Result next = Run(true);
   if (fake_.prefill_calls().back().target.iid == other) {
     EXPECT_EQ(nt::HttpStatus(next.outcome), 502);
@@ -1111,7 +1190,7 @@ TEST_F(RouterTest, B15_QuarantineOffByDefault) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("d0", Role::kDecode)};
   Start();
-  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectRefused()));
+  fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
   EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
   for (const EngineSnapshot& s : fleet_->Snapshot()) {
     EXPECT_EQ(s.state, PlacementState::kServing) << s.settings.iid;
@@ -1421,17 +1500,32 @@ TEST_F(RouterTest, Admission_SubmitAfterDrainIs503) {
   EXPECT_TRUE(fake_.prefill_calls().empty());
 }
 
-TEST_F(RouterTest, DrainCancelsRequestsThatOutliveTheGrace) {
+TEST_F(RouterTest, DrainCutsRequestsThatOutliveTheGraceAsFailedByShutdown) {
   Start();
-  fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
-  std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
+  fake_.QueueDecode(nt::DecodeStep::BlockAfter({nt::CompletionChunk("a")}));
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  std::shared_ptr<nt::TestSink> channel = Submit(std::move(req));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
-  router_->Drain(0s, loops_.executor(0));
+  EXPECT_EQ(router_->Drain(0s, loops_.executor(0)), 1u);
   EXPECT_EQ(router_->inflight(), 0);
   Result r = Collect(*channel);
-  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  // Not the client's cancellation: a failure of the router's own, after output.
+  EXPECT_EQ(r.outcome.terminal, Terminal::kFailed);
+  EXPECT_EQ(r.outcome.reason, Reason::kShuttingDown);
+  EXPECT_TRUE(r.outcome.output_started);
+  EXPECT_EQ(nt::HttpStatus(r.outcome), 503);
+  EXPECT_EQ(r.outcome.message.rfind("router shut down before the request finished", 0), 0u);
   EXPECT_TRUE(fake_.decode_calls()[0].saw_cancel);
   ExpectNoReservations();
+  const json row = Row(rid);
+  EXPECT_EQ(row["terminal"], "failed");
+  EXPECT_EQ(row["reason"], "shutting_down");
+}
+
+TEST_F(RouterTest, DrainWithNothingLeftCutsNothing) {
+  Start();
+  EXPECT_EQ(router_->Drain(0s, loops_.executor(0)), 0u);
 }
 
 // The grace period is measured on the injected clock: 29 fake seconds into
@@ -1467,7 +1561,8 @@ TEST_F(RouterTest, DrainGraceRunsOnTheInjectedClock) {
   EXPECT_TRUE(drained.load()) << "the grace ended on the clock but Drain did not return";
   drainer.join();
   Result r = Collect(*channel);
-  EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kFailed);
+  EXPECT_EQ(r.outcome.reason, Reason::kShuttingDown);
   EXPECT_TRUE(fake_.decode_calls()[0].saw_cancel);
   ExpectNoReservations();
 }

@@ -197,6 +197,8 @@ TEST_F(AdmissionTest, UnknownModelIsModelNotFound) {
   ASSERT_EQ(book_.rows.size(), 1u);
   EXPECT_EQ(ReasonOf(book_.rows[0].outcome), "model_not_found");
   EXPECT_EQ(book_.rows[0].request.rid, r.request.rid);
+  // The access log and journal see the model the client named, nothing else.
+  EXPECT_EQ(book_.rows[0].request.body, json({{"model", "other"}}));
 }
 
 TEST_F(AdmissionTest, InvalidBodyIsInvalidRequestWithTheBodysApi) {

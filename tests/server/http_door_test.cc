@@ -50,17 +50,34 @@ TEST_F(HttpDoorTest, ServesHealthReadyModelsMetricsAnd404OnOneConnection) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->Header("content-type").rfind("text/plain", 0), 0u);
 
+  std::vector<std::string> ids;
   for (const std::string& request : {Get("/nope"), Get("/v1/completions")}) {
     c->Send(request);
     r = c->Read();
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404);
+    // Every response carries a request id of its own.
+    EXPECT_FALSE(r->Header("x-request-id").empty());
+    ids.push_back(r->Header("x-request-id"));
     const json error = json::parse(r->body)["error"];
     EXPECT_EQ(error["code"], 404);
     EXPECT_EQ(error["type"], "invalid_request_error");
     EXPECT_EQ(error["message"].get<std::string>().rfind("no route for GET /", 0), 0u);
   }
+  EXPECT_NE(ids[0], ids[1]);
   EXPECT_TRUE(JournalRows().empty());  // nothing above is a generation request
+}
+
+TEST_F(HttpDoorTest, EveryPlainResponseCarriesARequestIdAndEchoesTheClients) {
+  Start();
+  auto c = Connect();
+  for (const std::string path : {"/health", "/ready", "/metrics", "/v1/models", "/nope"}) {
+    c->Send(Get(path, "X-Request-Id: probe-" + path.substr(1) + "\r\n"));
+    auto r = c->Read();
+    ASSERT_TRUE(r) << path;
+    EXPECT_FALSE(r->Header("x-request-id").empty()) << path;
+    EXPECT_EQ(r->Header("x-client-request-id"), "probe-" + path.substr(1)) << path;
+  }
 }
 
 TEST_F(HttpDoorTest, NonStreamingResponseCarriesIdAndMeasurementHeaders) {

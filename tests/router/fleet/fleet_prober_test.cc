@@ -553,6 +553,13 @@ TEST_F(FleetProberTest, LivenessSweepsEjectAfterConsecutiveMisses) {
                    {{"iid", "d0"}, {"kind", "liveness"}, {"outcome", "passed"}}),
             2);
   EXPECT_EQ(Metric("narwhal_engine_breaker_streak", {{"iid", "d1"}, {"class", "liveness"}}), 2);
+  // Failed sweeps are events; passing ones are only counted.
+  EXPECT_EQ(Events("engine_probe", "d1").size(), 2u);
+  EXPECT_TRUE(Events("engine_probe", "d0").empty());
+  for (const json& e : bus_.Since(0)) {
+    EXPECT_FALSE(e.value("event", "") == "engine_probe" && e.value("outcome", "") == "passed")
+        << e.dump();
+  }
 }
 
 TEST_F(FleetProberTest, LivenessSkipsEnginesWithLegsInFlight) {
