@@ -74,6 +74,7 @@ struct Outcome {
   std::optional<double> first_byte_s;
   long long output_tokens = 0;
   long long prompt_tokens = -1;  // from the engine's usage when reported
+  long long cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens when reported
   std::string finish_reason;
 
   // Non-streaming requests that completed: the assembled OpenAI response.

@@ -355,6 +355,7 @@ class Router::Run {
       }
     }
     prompt_tokens_ = relay.prompt_tokens();
+    cached_tokens_ = relay.cached_tokens();
 
     if (decode.ok()) {
       report_->decode_ok = true;
@@ -573,6 +574,7 @@ class Router::Run {
     o.first_byte_s = first_byte_s_;
     o.output_tokens = output_tokens_;
     o.prompt_tokens = prompt_tokens_;
+    o.cached_tokens = cached_tokens_;
     r_.Finish(request_, *sink_, std::move(o), record_);
   }
 
@@ -593,6 +595,7 @@ class Router::Run {
   std::optional<double> first_byte_s_;
   long long output_tokens_ = 0;
   long long prompt_tokens_ = -1;
+  long long cached_tokens_ = -1;
   bool finished_ = false;
   engines::Executor executor_;
 };

@@ -9,6 +9,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include "engines/json_limits.h"
+#include "server/grpc_typed_fields.h"
 
 namespace narwhal::server {
 namespace {
@@ -20,6 +21,15 @@ GrpcParsedRequest Fail(std::string message, std::string param) {
   out.parsed.error.status = 400;
   out.parsed.error.message = std::move(message);
   out.parsed.error.param = std::move(param);
+  return out;
+}
+
+GrpcParsedRequest Fail(TypedFieldError error) {
+  GrpcParsedRequest out = Fail(std::move(error.message), std::move(error.param));
+  if (error.too_large) {
+    out.parsed.error.status = 413;
+    out.parsed.error.too_large = true;
+  }
   return out;
 }
 
@@ -257,9 +267,11 @@ GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& r
     case narwhal::v1::GenerateRequest::kMessages: {
       out.api = engines::Api::kChatCompletions;
       json messages = json::array();
-      for (const auto& m : request.messages().messages()) {
-        json message = {{"role", m.role()}, {"content", m.content()}};
-        if (m.has_name()) message["name"] = m.name();
+      for (int i = 0; i < request.messages().messages_size(); ++i) {
+        json message;
+        if (auto error = ChatMessageJson(request.messages().messages(i), i, &message)) {
+          return Fail(std::move(*error));
+        }
         messages.push_back(std::move(message));
       }
       body["messages"] = std::move(messages);
@@ -285,6 +297,7 @@ GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& r
   if (request.has_repetition_penalty()) body["repetition_penalty"] = request.repetition_penalty();
   if (request.has_ignore_eos()) body["ignore_eos"] = request.ignore_eos();
   if (request.has_min_tokens()) body["min_tokens"] = request.min_tokens();
+  if (auto error = AddTypedRequestFields(request, out.api, &body)) return Fail(std::move(*error));
   body["stream"] = stream;
   // Final carries usage: a streaming leg asks the engine for its usage chunk
   // (a non-streaming one gets it from the router, BuildDecodeBody).

@@ -6,15 +6,18 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "server/grpc_typed_fields.h"
+
 namespace narwhal::server {
 
 GrpcSink::GrpcSink(const engines::Clock& clock, size_t capacity)
     : clock_(clock), capacity_(capacity == 0 ? 1 : capacity) {}
 
-void GrpcSink::Event(std::string_view, const engines::StreamEvent& event) {
+void GrpcSink::Event(std::string_view data, const engines::StreamEvent& event) {
+  std::string typed = MayCarryTypedFields(data) ? std::string(data) : std::string();
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
-  queue_.push_back(GrpcChunk{event.tokens, event.text, event.finish_reason});
+  queue_.push_back(GrpcChunk{event.tokens, event.text, event.finish_reason, std::move(typed)});
 }
 
 void GrpcSink::WakeConsumer(std::unique_lock<std::mutex>& lock) {

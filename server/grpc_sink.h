@@ -32,6 +32,9 @@ struct GrpcChunk {
   int tokens = 0;
   std::string text;           // choice 0's generated text
   std::string finish_reason;  // choice 0's finish_reason, if any
+  // The chunk's bytes when they may carry tool calls, reasoning text or
+  // logprobs (server/grpc_typed_fields.h), else empty.
+  std::string typed;
 };
 
 class GrpcSink : public router::ResponseSink {

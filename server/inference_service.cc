@@ -30,6 +30,7 @@ void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   usage->set_prompt_tokens(static_cast<uint32_t>(prompt));
   usage->set_completion_tokens(static_cast<uint32_t>(o.output_tokens));
   usage->set_total_tokens(static_cast<uint32_t>(prompt + o.output_tokens));
+  if (o.cached_tokens >= 0) usage->set_cached_tokens(static_cast<uint32_t>(o.cached_tokens));
 }
 
 class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -61,9 +62,14 @@ class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         case Sink::Pop::kChunk: {
           const uint32_t index = static_cast<uint32_t>(tokens_);
           tokens_ += chunk_.tokens;
-          if (chunk_.text.empty() && chunk_.finish_reason.empty()) continue;  // metadata
           response_.Clear();
           auto* delta = response_.mutable_delta();
+          if (!chunk_.typed.empty()) FillDeltaTypedFields(chunk_.typed, delta);
+          if (chunk_.text.empty() && chunk_.finish_reason.empty() &&
+              delta->tool_calls_size() == 0 && delta->reasoning_content().empty() &&
+              delta->logprobs_size() == 0) {
+            continue;  // metadata
+          }
           delta->set_text(chunk_.text);
           delta->set_token_index(index);
           delta->set_finish_reason(chunk_.finish_reason);
@@ -181,6 +187,7 @@ class CompleteReactor : public grpc::ServerUnaryReactor {
     response.set_text(text);
     response.set_finish_reason(o.finish_reason);
     FillUsage(o, response.mutable_usage());
+    FillCompleteTypedFields(body, &response);
     response.set_ttft_s(o.ttft_s.value_or(0));
     response.set_first_byte_s(o.first_byte_s.value_or(0));
     response.set_request_id(rid_);

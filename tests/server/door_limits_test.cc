@@ -3,58 +3,23 @@
 // refusals over HTTP and gRPC — 400 / INVALID_ARGUMENT (401 /
 // UNAUTHENTICATED for the key), a journal row, and nothing sent to an
 // engine.
-#include <grpcpp/grpcpp.h>
-
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "google/rpc/status.pb.h"
-#include "narwhal/v1/inference.grpc.pb.h"
-#include "server/inference_service.h"
-#include "tests/server/http_door_harness.h"
+#include "tests/server/both_doors_harness.h"
 
 namespace narwhal::server::http_door_test {
 namespace {
 
-namespace pb = narwhal::v1;
-
-class DoorLimitsTest : public HttpDoorTest {
+class DoorLimitsTest : public BothDoorsTest {
  protected:
   void StartBoth(const std::string& api_key = "") {
     settings_.limits.max_tokens = 64;
     settings_.limits.max_messages = 2;
     settings_.limits.max_prompts = 2;
-    Start(FastOptions(), api_key);
-    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
-    grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    stub_ = pb::Inference::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
-  }
-
-  void TearDown() override {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
-    HttpDoorTest::TearDown();
-  }
-
-  grpc::Status Complete(const pb::GenerateRequest& request, const std::string& authorization = "") {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-    if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
-    pb::CompleteResponse response;
-    return stub_->Complete(&ctx, request, &response);
-  }
-
-  static pb::ErrorInfo Info(const grpc::Status& status) {
-    google::rpc::Status details;
-    EXPECT_TRUE(details.ParseFromString(status.error_details()));
-    pb::ErrorInfo info;
-    if (details.details_size() == 1) {
-      EXPECT_TRUE(details.details(0).UnpackTo(&info));
-    }
-    return info;
+    BothDoorsTest::StartBoth(api_key);
   }
 
   // An HTTP refusal: status, param, message, and its journal row (the last).
@@ -98,10 +63,6 @@ class DoorLimitsTest : public HttpDoorTest {
     r.set_max_tokens(4);
     return r;
   }
-
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<pb::Inference::Stub> stub_;
 };
 
 TEST_F(DoorLimitsTest, MaxTokensOverTheLimitIsRefusedOnBothDoors) {
