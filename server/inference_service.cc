@@ -9,6 +9,7 @@
 #include "server/client_request_id.h"
 #include "server/grpc_call.h"
 #include "server/grpc_sink.h"
+#include "server/grpc_typed_fields.h"
 #include "server/status_table.h"
 #include "server/wake_link.h"
 
