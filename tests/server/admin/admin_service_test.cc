@@ -309,6 +309,26 @@ TEST(AdminServiceTest, DrainEngineTakesItOutUntilReadmitted) {
   EXPECT_EQ(GetEngine(h, "d1").state(), "draining");
 }
 
+TEST(AdminServiceTest, DrainingTheLastEngineOfARoleNeedsForce) {
+  AdminHarness h(AdminTestSettings(OfflineEngines()));
+  pb::Engine engine;
+  pb::DrainEngineRequest first;
+  first.set_iid("d0");
+  ASSERT_TRUE(Call(h, &pb::Admin::Stub::DrainEngine, first, &engine).ok());
+  // d1 is now the last decode engine in placement: every request would 503.
+  pb::DrainEngineRequest last;
+  last.set_iid("d1");
+  const grpc::Status refused = Call(h, &pb::Admin::Stub::DrainEngine, last, &engine);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("last engine in placement for the decode role"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(GetEngine(h, "d1").state(), "serving");
+  last.set_force(true);
+  ASSERT_TRUE(Call(h, &pb::Admin::Stub::DrainEngine, last, &engine).ok());
+  EXPECT_EQ(engine.state(), "draining");
+}
+
 TEST(AdminServiceTest, ReadmitEngineRunsAHealthCheckAgainstTheLiveEngine) {
   auto p0 = StartSim("p0", "prefill");
   auto d0 = StartSim("d0", "decode");
