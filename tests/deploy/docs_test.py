@@ -209,19 +209,22 @@ def _shell_split(line):
 def _run_for(argv, seconds, until=None):
     """Runs a streaming command for up to `seconds` (less once its output
     contains `until`), returns what it printed."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out, deadline = [], time.monotonic() + seconds
-    while time.monotonic() < deadline and not (until and until in "".join(out)):
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    # Unbuffered reads: a buffered reader could hold the rest of a quiet
+    # stream's output where select() no longer sees it.
+    fd = proc.stdout.fileno()
+    out, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline and not (until and until.encode() in out):
+        ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
-            chunk = proc.stdout.readline()
+            chunk = os.read(fd, 65536)
             if not chunk:
                 break
-            out.append(chunk)
+            out += chunk
     proc.kill()
     proc.wait()
     proc.stdout.close()
-    return "".join(out)
+    return out.decode(errors="replace")
 
 
 class TroubleshootingTest(unittest.TestCase):

@@ -920,7 +920,7 @@ TEST_F(RouterTest, B14_NoRetryWhenTheBackoffWouldPassTheDeadline) {
 
 // A refused connect reached no engine: it fails over once, at once, on
 // another engine, outside max_attempts and the shared budget.
-TEST_F(RouterTest, RefusedConnectFailsOverOnceWithoutARetryCredit) {
+TEST_F(RouterTest, B14_RefusedConnectFailsOverOnceWithoutARetryCredit) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("d0", Role::kDecode)};
   settings_.serving.retry_budget = 0;  // no credit: a real retry could not happen
@@ -941,7 +941,7 @@ TEST_F(RouterTest, RefusedConnectFailsOverOnceWithoutARetryCredit) {
   EXPECT_EQ(router_->retry_budget().credits(), 0);
 }
 
-TEST_F(RouterTest, RefusedDecodeConnectFailsOverToAnotherConsumer) {
+TEST_F(RouterTest, B14_RefusedDecodeConnectFailsOverToAnotherConsumer) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
   Start();
@@ -954,7 +954,7 @@ TEST_F(RouterTest, RefusedDecodeConnectFailsOverToAnotherConsumer) {
   EXPECT_EQ(Row(rid)["attempt_failures"][0]["retry_reason"], "connect_failover");
 }
 
-TEST_F(RouterTest, OnlyOneFailoverAndItSpendsNoAttempt) {
+TEST_F(RouterTest, B14_OnlyOneFailoverAndItSpendsNoAttempt) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("p2", Role::kPrefill), Engine("d0", Role::kDecode)};
   Start();  // max_attempts 1
@@ -970,7 +970,7 @@ TEST_F(RouterTest, OnlyOneFailoverAndItSpendsNoAttempt) {
   EXPECT_EQ(row["attempt_failures"][1]["retry_reason"], "attempt_limit");
 }
 
-TEST_F(RouterTest, AFailoverLeavesTheConfiguredRetriesIntact) {
+TEST_F(RouterTest, B14_AFailoverLeavesTheConfiguredRetriesIntact) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("p2", Role::kPrefill), Engine("d0", Role::kDecode)};
   settings_.serving.max_attempts = 2;
@@ -986,7 +986,7 @@ TEST_F(RouterTest, AFailoverLeavesTheConfiguredRetriesIntact) {
   EXPECT_EQ(row["attempt_failures"][1]["retry_reason"], "allowed");
 }
 
-TEST_F(RouterTest, AFailureThatReachedTheEngineIsNoFailover) {
+TEST_F(RouterTest, B14_AFailureThatReachedTheEngineIsNoFailover) {
   settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
                        Engine("d0", Role::kDecode)};
   Start();  // max_attempts 1

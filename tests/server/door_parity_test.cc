@@ -288,7 +288,7 @@ TEST_F(BothDoorsTest, TypedChatFieldsReachTheEngineAsTheHttpClientsJson) {
   EXPECT_EQ(fake_.prefill_calls()[1].body, fake_.prefill_calls()[0].body);
   EXPECT_EQ(fake_.decode_calls()[1].body, fake_.decode_calls()[0].body);
   // And it is what the client wrote, not only the same on both sides.
-  const json& sent = fake_.decode_calls()[1].body;
+  const json sent = fake_.decode_calls()[1].body;  // a copy: the calls are returned by value
   EXPECT_EQ(sent["messages"], HttpChat(false)["messages"]);
   EXPECT_EQ(sent["tools"], HttpChat(false)["tools"]);
   EXPECT_EQ(sent["response_format"], HttpChat(false)["response_format"]);
