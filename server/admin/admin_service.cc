@@ -367,6 +367,11 @@ grpc::ServerUnaryReactor* AdminService::AddEngine(grpc::CallbackServerContext* c
   absl::StatusOr<router::EngineSettings> engine =
       RuntimeEngine(request->iid(), request->url(), request->role(), request->kv_engine_id());
   if (!engine.ok()) return FinishNow(context, ToGrpcStatus(engine.status()));
+  std::vector<router::EngineSettings> members;
+  for (const EngineSnapshot& m : fleet_.Snapshot()) members.push_back(m.settings);
+  if (absl::Status s = UniqueEngineUrl(*engine, members); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
   const router::MemberSource admin{router::SourceKind::kAdmin, ""};
   if (absl::Status s = fleet_.AddEngine(*engine, admin); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));

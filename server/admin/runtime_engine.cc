@@ -48,4 +48,21 @@ absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
   return e;
 }
 
+absl::Status UniqueEngineUrl(const router::EngineSettings& engine,
+                             const std::vector<router::EngineSettings>& members) {
+  std::string normalized, identity;
+  if (config_file::EngineUrlError(engine.url, &normalized, &identity)) return absl::OkStatus();
+  for (const router::EngineSettings& m : members) {
+    std::string other_normalized, other;
+    if (m.iid == engine.iid || config_file::EngineUrlError(m.url, &other_normalized, &other)) {
+      continue;
+    }
+    if (other == identity) {
+      return absl::AlreadyExistsError("url " + engine.url + " is engine " + m.iid + "'s (" +
+                                      m.url + "): one engine, one iid");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace narwhal::server

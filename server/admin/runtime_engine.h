@@ -6,6 +6,7 @@
 #include <absl/status/statusor.h>
 
 #include <string>
+#include <vector>
 
 #include "router/common/settings.h"
 
@@ -19,6 +20,13 @@ absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
                                                      const std::string& url,
                                                      const std::string& role,
                                                      const std::string& kv_engine_id);
+
+// ALREADY_EXISTS when `engine`'s URL names the same host and port as one
+// of `members` (the fleet file's duplicate rule: localhost, 127.0.0.1 and
+// [::1] are one host, as are other spellings of one address), naming that
+// member; OK otherwise.
+absl::Status UniqueEngineUrl(const router::EngineSettings& engine,
+                             const std::vector<router::EngineSettings>& members);
 
 }  // namespace narwhal::server
 

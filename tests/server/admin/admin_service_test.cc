@@ -309,6 +309,30 @@ TEST(AdminServiceTest, DrainEngineTakesItOutUntilReadmitted) {
   EXPECT_EQ(GetEngine(h, "d1").state(), "draining");
 }
 
+TEST(AdminServiceTest, AddEngineRefusesAnotherIidForAnEngineAlreadyInTheFleet) {
+  AdminHarness h(AdminTestSettings(OfflineEngines()));  // every engine at 127.0.0.1:9
+  pb::Engine engine;
+  pb::AddEngineRequest request;
+  request.set_iid("d9");
+  request.set_role("decode");
+  // The same address in another spelling is the same engine.
+  for (const char* url : {"http://localhost:9", "http://127.0.0.1:9/", "http://[::1]:9"}) {
+    request.set_url(url);
+    const grpc::Status s = Call(h, &pb::Admin::Stub::AddEngine, request, &engine);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << url;
+    EXPECT_NE(s.error_message().find("is engine p0's (http://127.0.0.1:9)"), std::string::npos)
+        << s.error_message();
+  }
+  pb::GetEngineRequest get;
+  get.set_iid("d9");
+  EXPECT_EQ(Call(h, &pb::Admin::Stub::GetEngine, get, &engine).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // Another port is another engine.
+  request.set_url("http://127.0.0.1:10");
+  ASSERT_TRUE(Call(h, &pb::Admin::Stub::AddEngine, request, &engine).ok());
+  EXPECT_EQ(engine.iid(), "d9");
+}
+
 TEST(AdminServiceTest, DrainingTheLastEngineOfARoleNeedsForce) {
   AdminHarness h(AdminTestSettings(OfflineEngines()));
   pb::Engine engine;
