@@ -114,14 +114,17 @@ void Fleet::RemoveMemberLocked(size_t i, const std::string& why,
   for (const char* role : {"prefill", "decode"}) {
     const bool prefill = std::string_view(role) == "prefill";
     if (!(prefill ? CanPrefill(e.role) : CanDecode(e.role))) continue;
+    // Another engine of the role that can take legs now: a joining, held,
+    // ejected or drained one does not count.
     bool other = false;
-    for (const Member& o : members_) {
-      other = other || (prefill ? CanPrefill(o.engine->settings().role)
-                                : CanDecode(o.engine->settings().role));
+    for (size_t j = 0; j < members_.size() && !other; ++j) {
+      const Role r = members_[j].engine->settings().role;
+      other = (prefill ? CanPrefill(r) : CanDecode(r)) && !members_[j].joining &&
+              book_.State(j, now) == PlacementState::kServing;
     }
     if (!other) {
-      LogWarning("fleet: engine " + e.iid + " was the last engine of the " + role +
-                 " role: requests that need it get 503 until one joins");
+      LogWarning("fleet: engine " + e.iid + " was the last engine in placement for the " + role +
+                 " role: requests that need it get 503 until one joins or returns");
     }
   }
 }

@@ -116,6 +116,29 @@ class FleetMembershipTest : public ::testing::Test {
   std::unique_ptr<Prober> prober_;
 };
 
+TEST_F(FleetMembershipTest, B23_LeavingWarnsWhenNoOtherEngineOfTheRoleIsInPlacement) {
+  Build();
+  const MemberSource file{SourceKind::kFile, ""};
+  // d1 still serves: d0 leaving takes no role out of placement.
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(fleet_->RemoveEngine("d0", file).ok());
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("was the last engine in placement"), std::string::npos) << log;
+  // d1 is a member but ejected: when d2 (the only one serving) leaves, the
+  // decode role is out of placement, though a decode member is left.
+  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_EQ(RunJoins(), 1);
+  ASSERT_EQ(State("d2"), PlacementState::kServing);
+  ASSERT_TRUE(fleet_->Eject("d1", "test").ok());
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(fleet_->RemoveEngine("d2", file).ok());
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("engine d2 was the last engine in placement for the decode role"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("for the prefill role"), std::string::npos) << log;
+}
+
 TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
   Build();
   ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
