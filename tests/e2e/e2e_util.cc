@@ -467,7 +467,10 @@ ServeProcess& E2eTest::StartRouterWith(
   ServeOptions options;
   options.config = FleetConfig(engines, overrides);
   options.env = env;
-  absl::StatusOr<std::unique_ptr<ServeProcess>> serve = ServeProcess::Start(options);
+  return Adopt(ServeProcess::Start(options));
+}
+
+ServeProcess& E2eTest::Adopt(absl::StatusOr<std::unique_ptr<ServeProcess>> serve) {
   if (!serve.ok()) {
     ADD_FAILURE() << "cannot start narwhal-serve: " << serve.status();
     std::abort();

@@ -139,6 +139,10 @@ class E2eTest : public ::testing::Test {
   ServeProcess& StartRouter(const std::vector<std::string>& iids,
                             const json& overrides = json::object(),
                             const std::vector<std::pair<std::string, std::string>>& env = {});
+  // Takes a router started by hand (ServeProcess::Start with options of the
+  // test's own) into the fixture's care: TearDown checks and stops it. Fatal
+  // when it did not start.
+  ServeProcess& Adopt(absl::StatusOr<std::unique_ptr<ServeProcess>> serve);
   // Same, with an explicit engine list (iid, url, role).
   ServeProcess& StartRouterWith(
       const std::vector<std::tuple<std::string, std::string, std::string>>& engines,

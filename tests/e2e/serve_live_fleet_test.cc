@@ -93,18 +93,6 @@ class LiveFleetTest : public E2eTest {
     return overrides;
   }
 
-  // Takes a router started by hand into the fixture's care (TearDown checks
-  // and stops it).
-  ServeProcess& Adopt(absl::StatusOr<std::unique_ptr<ServeProcess>> serve) {
-    if (!serve.ok()) {
-      ADD_FAILURE() << "cannot start narwhal-serve: " << serve.status();
-      std::abort();
-    }
-    routers_.push_back(std::move(*serve));
-    sent_[routers_.back().get()] = 0;
-    return *routers_.back();
-  }
-
   // Starts a router on `config` (loopback listeners from flags).
   ServeProcess& AdoptStarted(const json& config) {
     ServeOptions options;
