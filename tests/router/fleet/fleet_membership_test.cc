@@ -131,7 +131,7 @@ TEST_F(FleetMembershipTest, B23_LeavingWarnsWhenNoOtherEngineOfTheRoleIsInPlacem
   ASSERT_EQ(State("d2"), PlacementState::kServing);
   ASSERT_TRUE(fleet_->Eject("d1", "test").ok());
   ::testing::internal::CaptureStderr();
-  ASSERT_TRUE(fleet_->RemoveEngine("d2", file).ok());
+  ASSERT_TRUE(fleet_->RemoveEngine("d2", kAdmin).ok());
   log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("engine d2 was the last engine in placement for the decode role"),
             std::string::npos)
