@@ -50,6 +50,11 @@ size_t StartupChecks::running() const {
   return running_;
 }
 
+size_t StartupChecks::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
 void StartupChecks::Stop() {
   std::vector<std::thread> threads;
   {

@@ -59,6 +59,9 @@ class StartupChecks {
   void Stop();
   // The checker threads running now (ended ones are joined by Stop()).
   size_t running() const;
+  // Engines waiting in line for their next check (not the ones being
+  // checked right now).
+  size_t waiting() const;
 
  private:
   // One engine waiting for its check.

@@ -210,7 +210,11 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
   Checks(60s);
   ::testing::internal::CaptureStderr();
   checks_->Start();
-  ASSERT_TRUE(WaitUntil([&] { return fleet_->Checked("d0") && Health("p0").size() == 1; }));
+  // A check is recorded when it starts; p0 is back in line (due on the clock
+  // from the failure) once it ended. Only then may the clock move.
+  ASSERT_TRUE(WaitUntil([&] {
+    return fleet_->Checked("d0") && Health("p0").size() == 1 && checks_->waiting() == 1;
+  }));
   // Real time passes, the clock does not: no second check.
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(Health("p0").size(), 1u);
@@ -219,9 +223,9 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
   EXPECT_EQ(Health("p0").size(), 1u);
   // Due on the clock: checked again at once, whatever the real time.
   clock_.Advance(1ms);
-  ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 2 && checks_->waiting() == 1; }));
   clock_.Advance(60s);
-  ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 3; }));
+  ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 3 && checks_->waiting() == 1; }));
   EXPECT_FALSE(fleet_->Checked("p0"));
   clock_.Advance(60s);
   ASSERT_TRUE(WaitUntil([&] { return fleet_->Checked("p0"); }));
