@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "server/grpc_typed_fields.h"
 #include "tests/server/both_doors_harness.h"
 
 namespace narwhal::server::http_door_test {
@@ -428,6 +429,31 @@ TEST_F(BothDoorsTest, TypedFieldsThatCannotBeSentAreRefusedWithTheirParam) {
     EXPECT_EQ(Info(s).http_status(), 400);
   }
   EXPECT_TRUE(fake_.prefill_calls().empty());
+}
+
+TEST(GrpcTypedFieldsTest, HostileChunksGiveNoTypedFieldsAndNeverCrash) {
+  // Nested past the bound, not JSON, invalid UTF-8, wrong types: the text
+  // path has classified the chunk already; the typed fields stay empty.
+  std::string deep = "{\"choices\":[{\"delta\":{\"tool_calls\":";
+  for (int i = 0; i < 10000; ++i) deep += "[";
+  const std::vector<std::string> chunks = {
+      deep,
+      "{\"choices\":[{\"delta\":{\"tool_calls\":\"nope\"}}]}",
+      "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":-1,\"function\":7}]}}]}",
+      "{\"choices\":[{\"delta\":{\"reasoning_content\":\"\xff\"}}]}",
+      "{\"choices\":[{\"logprobs\":{\"content\":[{\"logprob\":\"x\",\"bytes\":[999,-1]}]}}]}",
+      "not json \"tool_calls\"",
+  };
+  for (const std::string& chunk : chunks) {
+    EXPECT_TRUE(MayCarryTypedFields(chunk)) << chunk.substr(0, 60);
+    pb::Delta delta;
+    FillDeltaTypedFields(chunk, &delta);
+    EXPECT_TRUE(delta.reasoning_content().empty()) << chunk.substr(0, 60);
+    for (const pb::ToolCallDelta& call : delta.tool_calls()) {
+      EXPECT_TRUE(call.name().empty() && call.arguments().empty());
+    }
+    for (const pb::TokenLogprob& t : delta.logprobs()) EXPECT_TRUE(t.bytes().empty());
+  }
 }
 
 }  // namespace
