@@ -14,6 +14,28 @@ using router::Reason;
 // the code of an error object in its stream, B11).
 constexpr int kEngineOwn = -1;
 
+// The gRPC column: a google.rpc.Code, or one derived from the engine's own
+// number where the row shows it (kEngineOwn).
+enum class Grpc {
+  kOk = 0,
+  kCancelled = 1,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kResourceExhausted = 8,
+  kInternal = 13,
+  kUnavailable = 14,
+  kUnauthenticated = 16,
+  // The engine refused the client's own request (its 4xx goes back): the
+  // code SPEC §6 gives that number.
+  kClientsOwn = -1,
+  // A fault of the leg carrying the engine's number (an error object in its
+  // stream, B11): 429 RESOURCE_EXHAUSTED, 408 and 504 DEADLINE_EXCEEDED, 500
+  // INTERNAL, anything else UNAVAILABLE (never a client-error code: the
+  // engine failed, not the request).
+  kFaultsOwn = -2,
+};
+
 // One row: the first row whose matches all hold decides. An absent match
 // matches anything.
 struct Row {
@@ -25,6 +47,7 @@ struct Row {
   int http_status;    // or kEngineOwn
   ErrorType type;
   bool journal_status;  // false: the journal `status` is null
+  Grpc grpc;
 };
 
 constexpr std::optional<Phase> kAnyPhase = std::nullopt;
@@ -35,80 +58,100 @@ constexpr Phase kD = Phase::kDecode;
 
 constexpr auto kTable = std::to_array<Row>({
     // Completed.
-    {Reason::kNone, kAnyPhase, kAnyOutput, kAnyCause, 0, 200, ErrorType::kNone, true},
+    {Reason::kNone, kAnyPhase, kAnyOutput, kAnyCause, 0, 200, ErrorType::kNone, true, Grpc::kOk},
     // The client went away (B19): no status reached it unless output had.
-    {Reason::kCancelled, kAnyPhase, false, kAnyCause, 0, 499, ErrorType::kNone, false},
-    {Reason::kCancelled, kAnyPhase, true, kAnyCause, 0, 200, ErrorType::kNone, true},
+    {Reason::kCancelled, kAnyPhase, false, kAnyCause, 0, 499, ErrorType::kNone, false,
+     Grpc::kCancelled},
+    {Reason::kCancelled, kAnyPhase, true, kAnyCause, 0, 200, ErrorType::kNone, true,
+     Grpc::kCancelled},
     // The router's own bounds.
-    {Reason::kDeadline, kAnyPhase, kAnyOutput, kAnyCause, 0, 504, ErrorType::kRequestExpired, true},
+    {Reason::kDeadline, kAnyPhase, kAnyOutput, kAnyCause, 0, 504, ErrorType::kRequestExpired, true,
+     Grpc::kDeadlineExceeded},
     {Reason::kHandoffExpired, kAnyPhase, kAnyOutput, kAnyCause, 0, 504, ErrorType::kHandoffExpired,
-     true},
+     true, Grpc::kDeadlineExceeded},
     // The engine refused the client's own request: its status goes back.
     {Reason::kEngineRejected, kAnyPhase, kAnyOutput, kAnyCause, 0, kEngineOwn,
-     ErrorType::kInvalidRequest, true},
+     ErrorType::kInvalidRequest, true, Grpc::kClientsOwn},
     // Engine faults (B10), typed by their leg: 504 when timeout-shaped,
     // else 502; an error object in a 200 stream keeps its own code (B11).
     {Reason::kEngineUnreachable, kP, kAnyOutput, FailureCause::kConnectTimeout, 0, 504,
-     ErrorType::kPrefill, true},
+     ErrorType::kPrefill, true, Grpc::kDeadlineExceeded},
     {Reason::kEngineUnreachable, kD, kAnyOutput, FailureCause::kConnectTimeout, 0, 504,
-     ErrorType::kDecode, true},
-    {Reason::kEngineUnreachable, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true},
-    {Reason::kEngineUnreachable, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true},
-    {Reason::kEngineConnection, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true},
-    {Reason::kEngineConnection, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true},
+     ErrorType::kDecode, true, Grpc::kDeadlineExceeded},
+    {Reason::kEngineUnreachable, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true,
+     Grpc::kUnavailable},
+    {Reason::kEngineUnreachable, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true,
+     Grpc::kUnavailable},
+    {Reason::kEngineConnection, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true,
+     Grpc::kUnavailable},
+    {Reason::kEngineConnection, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true,
+     Grpc::kUnavailable},
     {Reason::kEngineOverloaded, kP, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
-     ErrorType::kPrefill, true},
+     ErrorType::kPrefill, true, Grpc::kFaultsOwn},
     {Reason::kEngineOverloaded, kD, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
-     ErrorType::kDecode, true},
-    {Reason::kEngineOverloaded, kP, kAnyOutput, kAnyCause, 408, 504, ErrorType::kPrefill, true},
-    {Reason::kEngineOverloaded, kD, kAnyOutput, kAnyCause, 408, 504, ErrorType::kDecode, true},
-    {Reason::kEngineOverloaded, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true},
-    {Reason::kEngineOverloaded, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true},
+     ErrorType::kDecode, true, Grpc::kFaultsOwn},
+    {Reason::kEngineOverloaded, kP, kAnyOutput, kAnyCause, 408, 504, ErrorType::kPrefill, true,
+     Grpc::kDeadlineExceeded},
+    {Reason::kEngineOverloaded, kD, kAnyOutput, kAnyCause, 408, 504, ErrorType::kDecode, true,
+     Grpc::kDeadlineExceeded},
+    {Reason::kEngineOverloaded, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true,
+     Grpc::kUnavailable},
+    {Reason::kEngineOverloaded, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true,
+     Grpc::kUnavailable},
     {Reason::kEngineTimeout, kP, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
-     ErrorType::kPrefill, true},
+     ErrorType::kPrefill, true, Grpc::kFaultsOwn},
     {Reason::kEngineTimeout, kD, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
-     ErrorType::kDecode, true},
-    {Reason::kEngineTimeout, kP, kAnyOutput, kAnyCause, 0, 504, ErrorType::kPrefill, true},
-    {Reason::kEngineTimeout, kD, kAnyOutput, kAnyCause, 0, 504, ErrorType::kDecode, true},
+     ErrorType::kDecode, true, Grpc::kFaultsOwn},
+    {Reason::kEngineTimeout, kP, kAnyOutput, kAnyCause, 0, 504, ErrorType::kPrefill, true,
+     Grpc::kDeadlineExceeded},
+    {Reason::kEngineTimeout, kD, kAnyOutput, kAnyCause, 0, 504, ErrorType::kDecode, true,
+     Grpc::kDeadlineExceeded},
     // The engine refused the router (its key, model or paths): a fault of
     // the leg, never shown as the client's own 401/404.
     {Reason::kEngineError, kP, kAnyOutput, FailureCause::kEngineRefusedRouter, 0, 502,
-     ErrorType::kPrefill, true},
+     ErrorType::kPrefill, true, Grpc::kUnavailable},
     {Reason::kEngineError, kD, kAnyOutput, FailureCause::kEngineRefusedRouter, 0, 502,
-     ErrorType::kDecode, true},
+     ErrorType::kDecode, true, Grpc::kUnavailable},
     {Reason::kEngineError, kP, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
-     ErrorType::kPrefill, true},
+     ErrorType::kPrefill, true, Grpc::kFaultsOwn},
     {Reason::kEngineError, kD, kAnyOutput, FailureCause::kStreamError, 0, kEngineOwn,
-     ErrorType::kDecode, true},
-    {Reason::kEngineError, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true},
-    {Reason::kEngineError, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true},
-    {Reason::kInvalidResponse, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true},
-    {Reason::kInvalidResponse, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true},
+     ErrorType::kDecode, true, Grpc::kFaultsOwn},
+    {Reason::kEngineError, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true,
+     Grpc::kUnavailable},
+    {Reason::kEngineError, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true,
+     Grpc::kUnavailable},
+    {Reason::kInvalidResponse, kP, kAnyOutput, kAnyCause, 0, 502, ErrorType::kPrefill, true,
+     Grpc::kUnavailable},
+    {Reason::kInvalidResponse, kD, kAnyOutput, kAnyCause, 0, 502, ErrorType::kDecode, true,
+     Grpc::kUnavailable},
     // Refused or ended by the router.
     {Reason::kNoEngine, kAnyPhase, kAnyOutput, kAnyCause, 0, 503, ErrorType::kBackendUnavailable,
-     true},
+     true, Grpc::kUnavailable},
     {Reason::kShuttingDown, kAnyPhase, kAnyOutput, kAnyCause, 0, 503,
-     ErrorType::kBackendUnavailable, true},
-    {Reason::kInflightLimit, kAnyPhase, kAnyOutput, kAnyCause, 0, 429, ErrorType::kRateLimit, true},
-    {Reason::kInternal, kAnyPhase, kAnyOutput, kAnyCause, 0, 500, ErrorType::kInternal, true},
+     ErrorType::kBackendUnavailable, true, Grpc::kUnavailable},
+    {Reason::kInflightLimit, kAnyPhase, kAnyOutput, kAnyCause, 0, 429, ErrorType::kRateLimit, true,
+     Grpc::kResourceExhausted},
+    {Reason::kInternal, kAnyPhase, kAnyOutput, kAnyCause, 0, 500, ErrorType::kInternal, true,
+     Grpc::kInternal},
     {Reason::kContextLengthExceeded, kAnyPhase, kAnyOutput, kAnyCause, 0, 400,
-     ErrorType::kInvalidRequest, true},
+     ErrorType::kInvalidRequest, true, Grpc::kInvalidArgument},
     // Refused by a front door.
     {Reason::kUnauthorized, kAnyPhase, kAnyOutput, kAnyCause, 0, 401, ErrorType::kUnauthorized,
-     true},
+     true, Grpc::kUnauthenticated},
     {Reason::kInvalidRequest, kAnyPhase, kAnyOutput, kAnyCause, 0, 400, ErrorType::kInvalidRequest,
-     true},
+     true, Grpc::kInvalidArgument},
     {Reason::kModelNotFound, kAnyPhase, kAnyOutput, kAnyCause, 0, 404, ErrorType::kInvalidRequest,
-     true},
+     true, Grpc::kNotFound},
     {Reason::kMalformedHttp, kAnyPhase, kAnyOutput, kAnyCause, 0, 400, ErrorType::kInvalidRequest,
-     true},
+     true, Grpc::kInvalidArgument},
     {Reason::kMalformedMessage, kAnyPhase, kAnyOutput, kAnyCause, 0, 400,
-     ErrorType::kInvalidRequest, true},
-    {Reason::kTooLarge, kAnyPhase, kAnyOutput, kAnyCause, 0, 413, ErrorType::kInvalidRequest, true},
+     ErrorType::kInvalidRequest, true, Grpc::kInvalidArgument},
+    {Reason::kTooLarge, kAnyPhase, kAnyOutput, kAnyCause, 0, 413, ErrorType::kInvalidRequest, true,
+     Grpc::kInvalidArgument},
     {Reason::kHeaderTimeout, kAnyPhase, kAnyOutput, kAnyCause, 0, 408, ErrorType::kInvalidRequest,
-     true},
+     true, Grpc::kInvalidArgument},
     {Reason::kHeadersTooLarge, kAnyPhase, kAnyOutput, kAnyCause, 0, 431, ErrorType::kInvalidRequest,
-     true},
+     true, Grpc::kInvalidArgument},
 });
 
 // The index of the first row that matches, else kTable.size().
@@ -132,15 +175,39 @@ const Row& Lookup(Reason reason, Phase phase, bool output_started, FailureCause 
                   int engine_status) {
   const size_t i = RowIndex(reason, phase, output_started, cause, engine_status);
   if (i < kTable.size()) return kTable[i];
-  static constexpr Row kFallbackPrefill{Reason::kEngineError, kP,  kAnyOutput, kAnyCause, 0, 502,
-                                        ErrorType::kPrefill,  true};
-  static constexpr Row kFallbackDecode{Reason::kEngineError, kD,  kAnyOutput, kAnyCause, 0, 502,
-                                       ErrorType::kDecode,   true};
+  static constexpr Row kFallbackPrefill{
+      Reason::kEngineError, kP,   kAnyOutput,        kAnyCause, 0, 502,
+      ErrorType::kPrefill,  true, Grpc::kUnavailable};
+  static constexpr Row kFallbackDecode{
+      Reason::kEngineError, kD,   kAnyOutput,        kAnyCause, 0, 502,
+      ErrorType::kDecode,   true, Grpc::kUnavailable};
   return phase == kP ? kFallbackPrefill : kFallbackDecode;
 }
 
 int RowStatus(const Row& row, int engine_status) {
   return row.http_status == kEngineOwn ? engine_status : row.http_status;
+}
+
+// The row's gRPC code; `http_status` is the number the row shows.
+int RowGrpcCode(const Row& row, int http_status) {
+  switch (row.grpc) {
+    case Grpc::kClientsOwn:
+      return GrpcCodeForStatus(http_status, router::Terminal::kFailed);
+    case Grpc::kFaultsOwn:
+      switch (http_status) {
+        case 429:
+          return static_cast<int>(Grpc::kResourceExhausted);
+        case 408:
+        case 504:
+          return static_cast<int>(Grpc::kDeadlineExceeded);
+        case 500:
+          return static_cast<int>(Grpc::kInternal);
+        default:
+          return static_cast<int>(Grpc::kUnavailable);
+      }
+    default:
+      return static_cast<int>(row.grpc);
+  }
 }
 
 }  // namespace
@@ -177,7 +244,7 @@ EdgeStatus StatusFor(const router::Outcome& outcome) {
   EdgeStatus e;
   e.http_status = RowStatus(row, outcome.engine_status);
   e.error_type = row.type;
-  e.grpc_code = GrpcCodeForStatus(e.http_status, outcome.terminal);
+  e.grpc_code = RowGrpcCode(row, e.http_status);
   e.retry_after = e.http_status == 429 || e.http_status == 503;
   if (row.journal_status) e.journal_status = e.http_status;
   return e;

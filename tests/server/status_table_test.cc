@@ -23,7 +23,8 @@ using router::Terminal;
 
 // google.rpc.Code values.
 constexpr int kOk = 0, kCancelled = 1, kInvalidArgument = 3, kDeadlineExceeded = 4, kNotFound = 5,
-              kResourceExhausted = 8, kInternal = 13, kUnavailable = 14, kUnauthenticated = 16;
+              kResourceExhausted = 8, kFailedPrecondition = 9, kInternal = 13, kUnavailable = 14,
+              kUnauthenticated = 16;
 
 struct Case {
   std::string name;
@@ -81,6 +82,11 @@ const Case kCases[] = {
      "invalid_request_error", kInvalidArgument, false, 400},
     {"EngineRejected413InStream", kFailed, Reason::kEngineRejected, kD, false, kStream, 413, 413,
      "invalid_request_error", kInvalidArgument, false, 413},
+    // The client's own refusal keeps the code SPEC §6 gives its number.
+    {"EngineRejected409", kFailed, Reason::kEngineRejected, kP, false, kStatus, 409, 409,
+     "invalid_request_error", kFailedPrecondition, false, 409},
+    {"EngineRejected422InStream", kFailed, Reason::kEngineRejected, kD, false, kStream, 422, 422,
+     "invalid_request_error", kInvalidArgument, false, 422},
     {"ConnectTimeoutPrefill", kFailed, Reason::kEngineUnreachable, kP, false,
      FailureCause::kConnectTimeout, 0, 504, "prefill", kDeadlineExceeded, false, 504},
     {"ConnectTimeoutDecode", kFailed, Reason::kEngineUnreachable, kD, false,
@@ -95,8 +101,13 @@ const Case kCases[] = {
      FailureCause::kConnectionLost, 0, 502, "decode", kUnavailable, false, 502},
     {"Overload429InStreamPrefill", kFailed, Reason::kEngineOverloaded, kP, false, kStream, 429, 429,
      "prefill", kResourceExhausted, true, 429},
+    // An engine's in-stream 408 is a fault of the leg that timed out, not a
+    // client error: the gRPC column says DEADLINE_EXCEEDED, whatever the
+    // HTTP number's own mapping would be.
     {"Overload408InStreamDecode", kFailed, Reason::kEngineOverloaded, kD, false, kStream, 408, 408,
-     "decode", kInvalidArgument, false, 408},
+     "decode", kDeadlineExceeded, false, 408},
+    {"Overload408InStreamPrefill", kFailed, Reason::kEngineOverloaded, kP, false, kStream, 408, 408,
+     "prefill", kDeadlineExceeded, false, 408},
     {"Overload408Prefill", kFailed, Reason::kEngineOverloaded, kP, false, kStatus, 408, 504,
      "prefill", kDeadlineExceeded, false, 504},
     {"Overload408Decode", kFailed, Reason::kEngineOverloaded, kD, false, kStatus, 408, 504,
