@@ -5,5 +5,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${NARWHAL_BUILD_DIR:-$root/build}"
 "$root/deploy/install-deps.sh"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${NARWHAL_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
+source "$root/scripts/lib/configure.sh"
+narwhal_configure "$build" -DCMAKE_BUILD_TYPE="${NARWHAL_BUILD_TYPE:-RelWithDebInfo}" "$@"
 cmake --build "$build" -j"$(nproc)"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the libFuzzer targets of tests/fuzz (clang++, ASan + UBSan)
-# in build-fuzz/ (override with NARWHAL_FUZZ_BUILD_DIR).
+# in the address sanitizer's build folder, build-asan/ (override with
+# NARWHAL_SANITIZE_BUILD_DIR, as for scripts/sanitize.sh address): the targets
+# link the same instrumented libraries as the sanitizer suite.
 #
 #   scripts/fuzz.sh smoke                    build, replay tests/fuzz/regressions,
 #                                            then run each target for a few seconds
@@ -18,7 +20,7 @@
 # fails (a crash, a leak, a timeout or an out-of-memory input).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${NARWHAL_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+build="${NARWHAL_SANITIZE_BUILD_DIR:-$root/build-asan}"
 jobs="${NARWHAL_FUZZ_BUILD_JOBS:-2}"
 smoke_seconds="${NARWHAL_FUZZ_SMOKE_SECONDS:-5}"
 fuzz_dir="$root/tests/fuzz"
@@ -26,7 +28,7 @@ all_targets=(fuzz_sse_stream fuzz_continuation fuzz_prefill_response fuzz_openai
              fuzz_grpc_request fuzz_fleet_config fuzz_http_request)
 
 usage() {
-  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -35,8 +37,12 @@ build_targets() {
     echo "fuzz: clang++ is required (apt-get install clang)" >&2
     exit 1
   fi
-  cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DNARWHAL_FUZZ=ON \
-    -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  NARWHAL_SKIP_NPM=1 "$root/deploy/install-deps.sh"
+  source "$root/scripts/lib/configure.sh"
+  # The same cache values as scripts/sanitize.sh address, so that neither
+  # script's configure invalidates the other's objects.
+  narwhal_configure "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DBUILD_TESTING=ON -DNARWHAL_SANITIZE=address -DNARWHAL_FUZZ=ON
   cmake --build "$build" -j"$jobs" --target narwhal_fuzz
 }
 

@@ -22,8 +22,9 @@ fi
 if [[ ! -f "$cache" ]]; then
   NARWHAL_DEPS=run "$root/deploy/install-deps.sh" >&2
   echo "serve: configuring $build" >&2
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${NARWHAL_BUILD_TYPE:-RelWithDebInfo}" \
-    -DBUILD_TESTING=OFF >&2
+  source "$root/scripts/lib/configure.sh"
+  narwhal_configure "$build" -DCMAKE_BUILD_TYPE="${NARWHAL_BUILD_TYPE:-RelWithDebInfo}" \
+    -DBUILD_TESTING=OFF
 fi
 cmake --build "$build" -j"$(nproc)" --target narwhal-serve >&2
 exec "$build/bin/narwhal-serve" "$@"

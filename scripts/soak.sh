@@ -14,8 +14,8 @@ build="${NARWHAL_BUILD_DIR:-$root/build}"
 seconds="${1:-600}"
 shift || true
 "$root/deploy/install-deps.sh"
-cmake -S "$root" -B "$build" -DBUILD_TESTING=ON \
-  -DCMAKE_BUILD_TYPE="${NARWHAL_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+source "$root/scripts/lib/configure.sh"
+narwhal_configure "$build" -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE="${NARWHAL_BUILD_TYPE:-RelWithDebInfo}"
 cmake --build "$build" -j"$(nproc)" --target narwhal_soak narwhal-serve narwhal-sim
 echo "soak: $build/bin/narwhal_soak --seconds $seconds $*"
 exec "$build/bin/narwhal_soak" --seconds "$seconds" "$@"

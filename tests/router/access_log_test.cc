@@ -67,7 +67,7 @@ TEST(AccessLogLineTest, CarriesIdentityOutcomeEnginesTimingsAndTokens) {
   record.prefill_iid = "p0";
   record.decode_iid = "d1";
   record.attempts = 2;
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   const json line =
       AccessLog::Line(SampleRequest(), Completed(), record, 0.25, 1.7e9 + 0.5, &table);
   EXPECT_EQ(line["ts"], "2023-11-14T22:13:20.500Z");
@@ -92,7 +92,7 @@ TEST(AccessLogLineTest, CarriesIdentityOutcomeEnginesTimingsAndTokens) {
 }
 
 TEST(AccessLogLineTest, ARefusalHasNoEnginesAndAClientThatLeftHasNoStatus) {
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   Outcome refused;
   refused.terminal = Terminal::kInvalid;
   refused.reason = Reason::kInvalidRequest;
@@ -211,7 +211,7 @@ TEST_F(AccessLogFileTest, TheRouterWritesALinePerFinishedRequest) {
   auto log = AccessLog::Open(path_);
   ASSERT_TRUE(log.ok()) << log.status();
   Fleet fleet(settings, clock, &metrics);
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   Router router(settings, fake, fleet, clock, &metrics, nullptr, 1, &table);
   router.SetAccessLog(log->get());
 

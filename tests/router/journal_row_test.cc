@@ -28,7 +28,7 @@ Request SampleRequest() {
 TEST(JournalRowTest, NoRecomputeEvidenceSaysNotSuspectedAndHasNoEvidence) {
   Outcome done;
   done.terminal = Terminal::kCompleted;
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   const json row = JournalRow(SampleRequest(), done, RequestRecord{}, 0.1, &table);
   EXPECT_EQ(row["kv_recompute_suspected"], false);
   EXPECT_FALSE(row.contains("kv_recompute_evidence"));
@@ -49,7 +49,7 @@ TEST(JournalRowTest, RecomputeEvidenceOfTheRecordIsJournaled) {
                          {"prompt_tokens", 40},
                          {"cached_tokens", 0}};
   record.recompute_evidence = evidence;
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   const json row = JournalRow(SampleRequest(), done, record, 0.1, &table);
   EXPECT_EQ(row["kv_recompute_suspected"], true);
   EXPECT_EQ(row["kv_recompute_evidence"], evidence);
@@ -60,7 +60,7 @@ TEST(JournalRowTest, RecomputeEvidenceOfTheRecordIsJournaled) {
 TEST(JournalRowTest, ContextLengthRefusalTakesItsStatusFromTheTableInRowAndAccessLog) {
   const Outcome refused = RefusalOutcome(Terminal::kInvalid, Reason::kContextLengthExceeded,
                                          "max_tokens 5000 exceeds the model's context length");
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   const json row = JournalRow(SampleRequest(), refused, RequestRecord{}, 0.001, &table);
   EXPECT_EQ(row["terminal"], "invalid");
   EXPECT_EQ(row["reason"], "context_length_exceeded");
@@ -78,7 +78,7 @@ TEST(JournalRowTest, ContextLengthRefusalTakesItsStatusFromTheTableInRowAndAcces
 
 TEST(JournalRowTest, AClientThatLeftBeforeOutputHasNoStatusInRowOrAccessLog) {
   const Outcome gone = RefusalOutcome(Terminal::kCancelled, Reason::kCancelled, "client went away");
-  const server::StatusTableJournal table;
+  const server::StatusTableJournal table{};
   const json row = JournalRow(SampleRequest(), gone, RequestRecord{}, 0.001, &table);
   EXPECT_TRUE(row["status"].is_null());
   EXPECT_TRUE(row["error_type"].is_null());

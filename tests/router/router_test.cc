@@ -229,7 +229,7 @@ class RouterTest : public ::testing::Test {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Fleet> fleet_;
-  const server::StatusTableJournal journal_status_;
+  const server::StatusTableJournal journal_status_{};
   std::unique_ptr<Router> router_;
   std::string journal_path_;
 };

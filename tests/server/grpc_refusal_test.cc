@@ -195,7 +195,7 @@ class GrpcRefusalTest : public ::testing::Test {
   std::string journal_path_;
   std::unique_ptr<router::Journal> journal_;
   std::unique_ptr<router::Fleet> fleet_;
-  const StatusTableJournal journal_status_;
+  const StatusTableJournal journal_status_{};
   std::unique_ptr<router::Router> router_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -172,7 +172,7 @@ class HttpDoorTest : public ::testing::Test {
   router::JournalOptions journal_options_;  // set before Start()
   std::unique_ptr<router::Journal> journal_;
   std::unique_ptr<router::Fleet> fleet_;
-  const StatusTableJournal journal_status_;
+  const StatusTableJournal journal_status_{};
   std::unique_ptr<router::Router> router_;
   std::unique_ptr<OpenAiShim> shim_;
   int port_ = 0;

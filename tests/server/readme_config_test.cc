@@ -248,7 +248,8 @@ TEST(ReadmeConfigTest, SchemaDefaultsAreTheLoadersDefaults) {
              });
   EXPECT_GT(checked, 35);
   // And the loader's effective config has no key the schema lacks.
-  for (const auto& [key, value] : effective) {
+  for (const auto& entry : effective) {
+    const std::string& key = entry.first;
     bool known = false;
     ForEachKey(*pb::FleetConfig::descriptor(), "",
                [&](const std::string& k, const FieldDescriptor&) { known |= k == key; });

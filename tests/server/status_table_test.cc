@@ -183,7 +183,7 @@ TEST_P(StatusTableTest, RowGivesEveryEdgeItsStatus) {
   EXPECT_EQ(e.retry_after, c.retry_after);
   EXPECT_EQ(e.journal_status, c.journal_status);
 
-  const StatusTableJournal journal;
+  const StatusTableJournal journal{};
   EXPECT_EQ(journal.Status(o),
             c.journal_status ? nlohmann::json(*c.journal_status) : nlohmann::json(nullptr));
   EXPECT_EQ(journal.ErrorTypeOf(o),
