@@ -1,8 +1,8 @@
-// The gRPC door's translation into admission (server/grpc_call): a
+// The gRPC door's translation into admission (server/grpc/grpc_call): a
 // Generate or Complete call — raw message, metadata, deadline — as the
 // DoorRequest and DoorBody admission reads, and through RequestAdmission
 // into the router::Request or refusal the door answers with. No channel.
-#include "server/grpc_call.h"
+#include "server/grpc/grpc_call.h"
 
 #include <grpcpp/impl/grpc_library.h>
 #include <grpcpp/support/slice.h>

@@ -13,8 +13,8 @@
 #include "engines/json_limits.h"
 #include "router/assembler.h"
 #include "server/admission.h"
-#include "server/config_loader.h"
-#include "server/grpc_request.h"
+#include "server/config/config_loader.h"
+#include "server/grpc/grpc_request.h"
 #include "server/openai_request.h"
 
 namespace narwhal::server {
@@ -31,7 +31,8 @@ TEST(JsonDepthTest, ClientBodyTooDeepIs400) {
   const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kChatCompletions, "m");
   ASSERT_FALSE(p.ok);
   EXPECT_EQ(p.error.status, 400);
-  EXPECT_TRUE(absl::StrContains(p.error.message, "nests deeper than 128 levels")) << p.error.message;
+  EXPECT_TRUE(absl::StrContains(p.error.message, "nests deeper than 128 levels"))
+      << p.error.message;
 }
 
 TEST(JsonDepthTest, ClientBodyAtTheLimitIsAccepted) {
@@ -75,7 +76,7 @@ TEST(JsonDepthTest, StructDepthIsMeasuredLikeJson) {
   google::protobuf::Value* v = &(*lists.mutable_fields())["l"];
   for (int i = 0; i < 3; ++i) v = v->mutable_list_value()->add_values();
   v->set_string_value("leaf");
-  EXPECT_TRUE(StructDepthWithin(lists, 4));   // {l:[[[ "leaf" ]]]}
+  EXPECT_TRUE(StructDepthWithin(lists, 4));  // {l:[[[ "leaf" ]]]}
   EXPECT_FALSE(StructDepthWithin(lists, 3));
 }
 
@@ -88,7 +89,8 @@ TEST(JsonDepthTest, GrpcExtraTooDeepIs400) {
   ASSERT_FALSE(out.parsed.ok);
   EXPECT_EQ(out.parsed.error.status, 400);
   EXPECT_EQ(out.parsed.error.param, "extra");
-  EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "nests deeper")) << out.parsed.error.message;
+  EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "nests deeper"))
+      << out.parsed.error.message;
 
   *request.mutable_extra() = DeepStruct(20);
   EXPECT_TRUE(TranslateGenerateRequest(request, true, "m").parsed.ok);
@@ -96,7 +98,8 @@ TEST(JsonDepthTest, GrpcExtraTooDeepIs400) {
 
 TEST(JsonDepthTest, ConfigTooDeepIsAConfigError) {
   const std::string text = R"({"model":"m","engines":[{"iid":"a","url":"http://127.0.0.1:1"}],)"
-                           R"("serving":{"max_attempts":)" + DeepArray(kHostileDepth) + "}}";
+                           R"("serving":{"max_attempts":)" +
+                           DeepArray(kHostileDepth) + "}}";
   const auto loaded = ParseFleetConfig(text);
   ASSERT_FALSE(loaded.ok());
   EXPECT_TRUE(absl::StrContains(loaded.status().message(), "nests deeper than 128 levels"))
@@ -112,8 +115,8 @@ TEST(JsonDepthTest, EngineErrorBodyTooDeepIsReportedAsText) {
 
 TEST(JsonDepthTest, DecodeChunkTooDeepFailsAssembly) {
   router::Assembler assembler(engines::Api::kCompletions);
-  const std::string chunk = R"({"choices":[{"index":0,"text":"a","logprobs":)" +
-                            DeepArray(kHostileDepth) + "}]}";
+  const std::string chunk =
+      R"({"choices":[{"index":0,"text":"a","logprobs":)" + DeepArray(kHostileDepth) + "}]}";
   EXPECT_FALSE(assembler.Add(chunk));
   EXPECT_TRUE(absl::StrContains(assembler.error(), "nests deeper")) << assembler.error();
 }

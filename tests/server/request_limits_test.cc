@@ -1,6 +1,6 @@
 // The request limits of the `limits` config section and the finite-number
 // rule of the gRPC door, at the validation both doors share
-// (server/openai_request, server/grpc_request): each refusal is a 400 that
+// (server/openai_request, server/grpc/grpc_request): each refusal is a 400 that
 // names the field and says exactly what is wrong.
 #include <grpcpp/impl/grpc_library.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "server/grpc_request.h"
+#include "server/grpc/grpc_request.h"
 #include "server/openai_request.h"
 
 namespace narwhal::server {
