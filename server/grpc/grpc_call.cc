@@ -51,10 +51,10 @@ DoorBody GrpcDoorBody(const GrpcCall& call, bool client_gone, const router::Sett
   if (!call.decoded) {
     Refusal refusal;
     if (client_gone) {
-      refusal.kind = RefusalKind::kCancelled;
+      refusal.reason = router::Reason::kCancelled;
       refusal.message = "client went away before its request arrived";
     } else {
-      refusal.kind = call.error.too_large ? RefusalKind::kTooLarge : RefusalKind::kMalformedMessage;
+      refusal.reason = call.error.reason;
       refusal.message = call.error.message;
     }
     out.refusal = std::move(refusal);

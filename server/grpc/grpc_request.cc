@@ -18,7 +18,6 @@ using json = nlohmann::json;
 
 GrpcParsedRequest Fail(std::string message, std::string param) {
   GrpcParsedRequest out;
-  out.parsed.error.status = 400;
   out.parsed.error.message = std::move(message);
   out.parsed.error.param = std::move(param);
   return out;
@@ -26,10 +25,7 @@ GrpcParsedRequest Fail(std::string message, std::string param) {
 
 GrpcParsedRequest Fail(TypedFieldError error) {
   GrpcParsedRequest out = Fail(std::move(error.message), std::move(error.param));
-  if (error.too_large) {
-    out.parsed.error.status = 413;
-    out.parsed.error.too_large = true;
-  }
+  if (error.too_large) out.parsed.error.reason = router::Reason::kTooLarge;
   return out;
 }
 
@@ -68,8 +64,7 @@ const char* NonFiniteTypedField(const narwhal::v1::GenerateRequest& r) {
 bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
                            narwhal::v1::GenerateRequest* out, DecodeError* error) {
   if (!bytes.Valid()) {
-    *error = {router::Reason::kMalformedMessage, "the call carried no request message",
-              /*too_large=*/false};
+    *error = {router::Reason::kMalformedMessage, "the call carried no request message"};
     return false;
   }
   const size_t size = bytes.Length();
@@ -77,8 +72,7 @@ bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
     *error = {router::Reason::kTooLarge,
               "request message of " + std::to_string(size) +
                   " bytes exceeds serving.max_request_bytes (" + std::to_string(max_bytes) +
-                  " bytes)",
-              /*too_large=*/true};
+                  " bytes)"};
     return false;
   }
   grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable one
@@ -90,7 +84,6 @@ bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
   grpc::ProtoBufferReader wire_reader(&again);
   google::protobuf::UnknownFieldSet wire;
   const bool well_formed = wire_reader.status().ok() && wire.ParseFromZeroCopyStream(&wire_reader);
-  error->too_large = false;
   error->reason = router::Reason::kMalformedMessage;
   error->message =
       well_formed ? "request message is not a valid narwhal.v1.GenerateRequest: a string field "
@@ -241,8 +234,7 @@ GrpcParsedRequest TranslateGenerateRequest(const narwhal::v1::GenerateRequest& r
         return Fail("extra " + engines::DepthLimitText(), "extra");
       case engines::JsonVerdict::kTooCostly: {
         GrpcParsedRequest costly = Fail("extra " + engines::CostLimitText(wire_bytes), "extra");
-        costly.parsed.error.status = 413;
-        costly.parsed.error.too_large = true;
+        costly.parsed.error.reason = router::Reason::kTooLarge;
         return costly;
       }
     }

@@ -25,7 +25,6 @@ struct DecodeError {
   // kMalformedMessage or kTooLarge (statuses from server/status_table).
   router::Reason reason = router::Reason::kMalformedMessage;
   std::string message;
-  bool too_large = false;  // over the limit (the 413), else not decodable
 };
 
 // Parses `bytes` into `out`. False, with `error` set, when the message is

@@ -53,7 +53,9 @@ void CheckTranslation(const narwhal::v1::GenerateRequest& request, bool stream) 
       narwhal::server::TranslateGenerateRequest(request, stream, kModel);
   const narwhal::server::ParsedRequest& p = out.parsed;
   if (!p.ok) {
-    FUZZ_CHECK_MSG(p.error.status == 400 || p.error.status == 404, std::to_string(p.error.status));
+    FUZZ_CHECK_MSG(p.error.reason == narwhal::router::Reason::kInvalidRequest ||
+                       p.error.reason == narwhal::router::Reason::kModelNotFound,
+                   std::string(narwhal::router::ReasonName(p.error.reason)));
     FUZZ_CHECK(!p.error.message.empty());
     FUZZ_CHECK(p.error.message.size() <= 200 + request.model().size());
     return;

@@ -30,7 +30,7 @@ TEST(JsonDepthTest, ClientBodyTooDeepIs400) {
                            DeepArray(kHostileDepth) + "}]}";
   const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kChatCompletions, "m");
   ASSERT_FALSE(p.ok);
-  EXPECT_EQ(p.error.status, 400);
+  EXPECT_EQ(p.error.reason, router::Reason::kInvalidRequest);
   EXPECT_TRUE(absl::StrContains(p.error.message, "nests deeper than 128 levels"))
       << p.error.message;
 }
@@ -55,7 +55,7 @@ TEST(JsonDepthTest, BodyThatClosesBeforeItOpensIs400) {
     SCOPED_TRACE(body);
     const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kCompletions, "m");
     ASSERT_FALSE(p.ok);
-    EXPECT_EQ(p.error.status, 400);
+    EXPECT_EQ(p.error.reason, router::Reason::kInvalidRequest);
     EXPECT_FALSE(engines::EngineErrorMessage(body).empty());
   }
 }
@@ -87,7 +87,7 @@ TEST(JsonDepthTest, GrpcExtraTooDeepIs400) {
   *request.mutable_extra() = DeepStruct(5000);
   const GrpcParsedRequest out = TranslateGenerateRequest(request, true, "m");
   ASSERT_FALSE(out.parsed.ok);
-  EXPECT_EQ(out.parsed.error.status, 400);
+  EXPECT_EQ(out.parsed.error.reason, router::Reason::kInvalidRequest);
   EXPECT_EQ(out.parsed.error.param, "extra");
   EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "nests deeper"))
       << out.parsed.error.message;
@@ -136,11 +136,10 @@ TEST(JsonCostTest, ClientBodyOfEmptyObjectsIs413) {
   ASSERT_LT(body.size(), 4u << 20);  // under the default max_request_bytes
   const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kCompletions, "m");
   ASSERT_FALSE(p.ok);
-  EXPECT_EQ(p.error.status, 413);
-  EXPECT_TRUE(p.error.too_large);
+  EXPECT_EQ(p.error.reason, router::Reason::kTooLarge);
   EXPECT_TRUE(absl::StrContains(p.error.message, "request body would take more than"))
       << p.error.message;
-  EXPECT_EQ(RefusalFor(p.error).kind, RefusalKind::kTooLarge);
+  EXPECT_EQ(RefusalFor(p.error).reason, router::Reason::kTooLarge);
   // The same body with its bytes in one string is an ordinary request.
   const std::string text = R"({"model":"m","prompt":")" + std::string(body.size(), 'a') + R"("})";
   EXPECT_TRUE(ParseOpenAiRequest(text, engines::Api::kCompletions, "m").ok);
@@ -155,8 +154,7 @@ TEST(JsonCostTest, GrpcExtraOfEmptyStructsIs413) {
   for (size_t i = 0; i < 300000; ++i) list->add_values()->mutable_struct_value();
   const GrpcParsedRequest out = TranslateGenerateRequest(request, true, "m");
   ASSERT_FALSE(out.parsed.ok);
-  EXPECT_EQ(out.parsed.error.status, 413);
-  EXPECT_TRUE(out.parsed.error.too_large);
+  EXPECT_EQ(out.parsed.error.reason, router::Reason::kTooLarge);
   EXPECT_EQ(out.parsed.error.param, "extra");
   EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "would take more than"))
       << out.parsed.error.message;
