@@ -13,44 +13,27 @@ namespace {
 using router::Reason;
 using router::Terminal;
 
-struct RefusalRow {
-  RefusalKind kind;
-  Terminal terminal;
-  Reason reason;  // its status and error type: server/status_table
-};
-
-// One row per kind; RefusalOutcome reads nothing else.
-constexpr RefusalRow kRefusalTable[] = {
-    {RefusalKind::kUnauthorized, Terminal::kRejected, Reason::kUnauthorized},
-    {RefusalKind::kUnknownModel, Terminal::kInvalid, Reason::kModelNotFound},
-    {RefusalKind::kInvalidRequest, Terminal::kInvalid, Reason::kInvalidRequest},
-    {RefusalKind::kTooLarge, Terminal::kInvalid, Reason::kTooLarge},
-    {RefusalKind::kMalformedHttp, Terminal::kInvalid, Reason::kMalformedHttp},
-    {RefusalKind::kMalformedMessage, Terminal::kInvalid, Reason::kMalformedMessage},
-    {RefusalKind::kHeadersTooLarge, Terminal::kInvalid, Reason::kHeadersTooLarge},
-    {RefusalKind::kHeaderTimeout, Terminal::kInvalid, Reason::kHeaderTimeout},
-    {RefusalKind::kCancelled, Terminal::kCancelled, Reason::kCancelled},
-};
-
-const RefusalRow& RowFor(RefusalKind kind) {
-  for (const RefusalRow& row : kRefusalTable) {
-    if (row.kind == kind) return row;
+// The journal terminal of a refusal.
+Terminal RefusalTerminal(Reason reason) {
+  switch (reason) {
+    case Reason::kCancelled:
+      return Terminal::kCancelled;
+    case Reason::kUnauthorized:
+      return Terminal::kRejected;
+    default:
+      return Terminal::kInvalid;
   }
-  return kRefusalTable[2];  // unreachable: every kind has a row (admission_test)
 }
 
 }  // namespace
 
 router::Outcome RefusalOutcome(const Refusal& refusal) {
-  const RefusalRow& row = RowFor(refusal.kind);
-  return router::RefusalOutcome(row.terminal, row.reason, refusal.message);
+  return router::RefusalOutcome(RefusalTerminal(refusal.reason), refusal.reason, refusal.message);
 }
 
 Refusal RefusalFor(const ClientError& error) {
   Refusal r;
-  r.kind = error.unknown_model ? RefusalKind::kUnknownModel
-           : error.too_large   ? RefusalKind::kTooLarge
-                               : RefusalKind::kInvalidRequest;
+  r.reason = error.reason;
   r.message = error.message;
   r.param = error.param;
   return r;
@@ -130,7 +113,7 @@ AdmissionResult RequestAdmission::Admit(
   router::Request r = NewRequest(door);
   if (!Authorized(door.authorization)) {
     Refusal refusal;
-    refusal.kind = RefusalKind::kUnauthorized;
+    refusal.reason = Reason::kUnauthorized;
     refusal.message = "invalid or missing API key";
     return Refused(std::move(r), std::move(refusal));
   }

@@ -8,7 +8,8 @@
 //      (server/api_key);
 //   2. the door's body: its size and framing refusals, and the validation
 //      every body meets (server/openai_request: shape, the served model —
-//      an unknown one is RefusalKind::kUnknownModel — and the `limits`);
+//      an unknown one is refused as router::Reason::kModelNotFound — and
+//      the `limits`);
 //
 // The model's own limit (max_tokens against max_model_len) is checked once
 // the fleet is known, in Router::Serve (router/context_limit), which both
@@ -46,29 +47,26 @@ class Router;
 
 namespace narwhal::server {
 
-// Why a request is refused before the router core. Journal reasons in
-// brackets.
-enum class RefusalKind {
-  kUnauthorized,      // missing or wrong API key [unauthorized]
-  kUnknownModel,      // the body names a model not served [model_not_found]
-  kInvalidRequest,    // the body breaks a request rule [invalid_request]
-  kTooLarge,          // over serving.max_request_bytes [too_large]
-  kMalformedHttp,     // HTTP framing the door does not take [malformed_http]
-  kMalformedMessage,  // a gRPC message that does not decode [malformed_message]
-  kHeadersTooLarge,   // over serving.max_header_bytes or max_headers [headers_too_large]
-  kHeaderTimeout,     // headers not in within serving.header_timeout_s [header_timeout]
-  kCancelled,         // the client went away before its request arrived [cancelled]
-};
-
+// Why a request is refused before the router core: one of the router's
+// reasons that a door or admission decides —
+//   kUnauthorized       missing or wrong API key
+//   kModelNotFound      the body names a model not served
+//   kInvalidRequest     the body breaks a request rule
+//   kTooLarge           over serving.max_request_bytes, or too costly to parse
+//   kMalformedHttp      HTTP framing the door does not take
+//   kMalformedMessage   a gRPC message that does not decode
+//   kHeadersTooLarge    over serving.max_header_bytes or max_headers
+//   kHeaderTimeout      headers not in within serving.header_timeout_s
+//   kCancelled          the client went away before its request arrived
 struct Refusal {
-  RefusalKind kind = RefusalKind::kInvalidRequest;
+  router::Reason reason = router::Reason::kInvalidRequest;
   std::string message;  // what the client reads
   std::string param;    // the OpenAI error `param` (HTTP body), "" when none
 };
 
-// The one table of refusal kinds: the journal terminal and typed reason of
-// a refusal, with its message (its HTTP status, error type and gRPC code
-// come from server/status_table, like every outcome's).
+// A refusal as an outcome: its journal terminal (cancelled, rejected for a
+// missing key, else invalid), reason and message (its HTTP status, error
+// type and gRPC code come from server/status_table, like every outcome's).
 router::Outcome RefusalOutcome(const Refusal& refusal);
 
 // A validation error of server/openai_request as a refusal.

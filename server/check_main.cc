@@ -25,8 +25,8 @@
 #include "router/fleet/preflight.h"
 #include "server/check/running_config.h"
 #include "server/config/config_file.h"
-#include "server/config_loader.h"
-#include "server/engine_options.h"
+#include "server/config/config_loader.h"
+#include "server/config/engine_options.h"
 #include "server/runtime_tuning.h"
 #include "server/tls_files.h"
 #include "version/build_info.h"
@@ -115,7 +115,8 @@ ParseResult ParseArgs(int argc, char** argv, Args* args) {
       const double v = std::strtod(text.c_str(), &end);
       if (text.empty() || end != text.c_str() + text.size() || !(v >= 0) || v > 86400) {
         std::cerr << "narwhal-check: --wait-s must be a number of seconds >= 0 (got \"" << text
-                  << "\")\n" << kUsage;
+                  << "\")\n"
+                  << kUsage;
         return ParseResult::kBad;
       }
       args->wait_s = v;

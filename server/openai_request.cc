@@ -9,9 +9,10 @@ namespace {
 
 using json = nlohmann::json;
 
-ParsedRequest Fail(int status, std::string message, std::string param = "") {
+ParsedRequest Fail(std::string message, std::string param = "",
+                   router::Reason reason = router::Reason::kInvalidRequest) {
   ParsedRequest p;
-  p.error.status = status;
+  p.error.reason = reason;
   p.error.message = std::move(message);
   p.error.param = std::move(param);
   return p;
@@ -149,66 +150,61 @@ ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
     case engines::JsonVerdict::kWithin:
       break;
     case engines::JsonVerdict::kTooDeep:
-      return Fail(400, "request body " + engines::DepthLimitText());
+      return Fail("request body " + engines::DepthLimitText());
     case engines::JsonVerdict::kTooCostly: {
-      ParsedRequest costly = Fail(413, "request body " + engines::CostLimitText(raw.size()));
-      costly.error.too_large = true;
-      return costly;
+      return Fail("request body " + engines::CostLimitText(raw.size()), "",
+                  router::Reason::kTooLarge);
     }
   }
   json body = engines::ParseJson(raw, {.max_cost = static_cast<size_t>(-1)});
-  if (body.is_discarded()) return Fail(400, "request body is not valid JSON");
+  if (body.is_discarded()) return Fail("request body is not valid JSON");
   return ValidateOpenAiBody(std::move(body), api, served_model, limits);
 }
 
 ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string& served_model,
                                  const router::LimitSettings& limits) {
-  if (!body.is_object()) return Fail(400, "request body must be a JSON object");
+  if (!body.is_object()) return Fail("request body must be a JSON object");
 
   auto model = body.find("model");
-  if (model == body.end() || model->is_null()) return Fail(400, "model is required", "model");
-  if (!model->is_string()) return Fail(400, "model must be a string", "model");
+  if (model == body.end() || model->is_null()) return Fail("model is required", "model");
+  if (!model->is_string()) return Fail("model must be a string", "model");
   if (model->get_ref<const std::string&>() != served_model) {
-    ParsedRequest unknown =
-        Fail(404, "The model `" + model->get<std::string>() + "` does not exist.", "model");
-    unknown.error.unknown_model = true;
+    ParsedRequest unknown = Fail("The model `" + model->get<std::string>() + "` does not exist.",
+                                 "model", router::Reason::kModelNotFound);
     unknown.body = json{{"model", *model}};  // for the journal and access log
     return unknown;
   }
 
   if (api == engines::Api::kCompletions) {
     auto prompt = body.find("prompt");
-    if (prompt == body.end() || prompt->is_null()) return Fail(400, "prompt is required", "prompt");
+    if (prompt == body.end() || prompt->is_null()) return Fail("prompt is required", "prompt");
     if (!ValidPrompt(*prompt)) {
-      return Fail(400,
-                  "prompt must be a string, a list of strings, a list of token ids or a list of "
+      return Fail("prompt must be a string, a list of strings, a list of token ids or a list of "
                   "token-id lists",
                   "prompt");
     }
     if (const size_t n = PromptCount(*prompt); n > static_cast<size_t>(limits.max_prompts)) {
-      return Fail(400,
-                  "prompt must hold at most " + std::to_string(limits.max_prompts) +
+      return Fail("prompt must hold at most " + std::to_string(limits.max_prompts) +
                       " prompts (got " + std::to_string(n) + ")",
                   "prompt");
     }
   } else {
     auto messages = body.find("messages");
     if (messages == body.end() || messages->is_null()) {
-      return Fail(400, "messages is required", "messages");
+      return Fail("messages is required", "messages");
     }
     if (!messages->is_array() || messages->empty()) {
-      return Fail(400, "messages must be a non-empty list", "messages");
+      return Fail("messages must be a non-empty list", "messages");
     }
     if (messages->size() > static_cast<size_t>(limits.max_messages)) {
-      return Fail(400,
-                  "messages must have at most " + std::to_string(limits.max_messages) +
+      return Fail("messages must have at most " + std::to_string(limits.max_messages) +
                       " entries (got " + std::to_string(messages->size()) + ")",
                   "messages");
     }
     for (size_t i = 0; i < messages->size(); ++i) {
       const json& m = (*messages)[i];
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-        return Fail(400, "messages[" + std::to_string(i) + "] must be an object with a string role",
+        return Fail("messages[" + std::to_string(i) + "] must be an object with a string role",
                     "messages");
       }
     }
@@ -218,7 +214,7 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
     auto it = body.find(name);
     if (it == body.end() || it->is_null()) continue;
     if (std::string error = TokenLimitError(name, *it, limits.max_tokens); !error.empty()) {
-      return Fail(400, std::move(error), name);
+      return Fail(std::move(error), name);
     }
   }
   for (const FieldRule& rule : kFieldRules) {
@@ -228,21 +224,19 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
       const bool ok = api == engines::Api::kChatCompletions ? it->is_boolean()
                                                              : it->is_number_integer();
       if (!ok) {
-        return Fail(400,
-                    std::string("logprobs must be ") +
+        return Fail(std::string("logprobs must be ") +
                         (api == engines::Api::kChatCompletions ? "a boolean" : "an integer"),
                     "logprobs");
       }
       continue;
     }
     if (!Matches(*it, rule.kind)) {
-      return Fail(400, std::string(rule.name) + " must be " + Describe(rule.kind), rule.name);
+      return Fail(std::string(rule.name) + " must be " + Describe(rule.kind), rule.name);
     }
   }
   for (const char* key : {"n", "best_of"}) {
     if (body.contains(key) && body[key].is_number_integer() && body[key].get<long long>() != 1) {
-      return Fail(400,
-                  std::string(key) + " must be 1: a KV handoff serves exactly one decode",
+      return Fail(std::string(key) + " must be 1: a KV handoff serves exactly one decode",
                   key);
     }
   }
@@ -252,7 +246,7 @@ ParsedRequest ValidateOpenAiBody(json body, engines::Api api, const std::string&
   auto stream = body.find("stream");
   p.stream = stream != body.end() && stream->is_boolean() && stream->get<bool>();
   if (!p.stream && body.contains("stream_options") && !body["stream_options"].is_null()) {
-    return Fail(400, "stream_options can only be set when stream is true", "stream_options");
+    return Fail("stream_options can only be set when stream is true", "stream_options");
   }
   body.erase("kv_transfer_params");  // never forwarded to any engine (SPEC §4, §12)
   p.body = std::move(body);

@@ -1,7 +1,7 @@
 // Validation of OpenAI request bodies at the HTTP front door (SPEC §4).
 //
 // Pure: takes the raw body, returns the validated JSON the router forwards or
-// a client error (status 400/404, message, param). Every field the router
+// a client error (its reason, message, param). Every field the router
 // does not own passes through unchanged; a client `kv_transfer_params` is
 // removed (it would let a client point an engine at an arbitrary host, §12).
 // The bounds of router::LimitSettings (the `limits` config section) apply to
@@ -17,18 +17,17 @@
 
 #include "engines/api.h"
 #include "router/common/settings.h"
+#include "router/outcome.h"
 
 namespace narwhal::server {
 
 struct ClientError {
-  int status = 400;     // 400, 404 or 413
+  // kInvalidRequest; kModelNotFound when the body names a model other than
+  // the served one; kTooLarge when the body would take too much memory once
+  // parsed (engines/json_limits.h). Its status: server/status_table.
+  router::Reason reason = router::Reason::kInvalidRequest;
   std::string message;  // e.g. "max_tokens must be an integer >= 1"
   std::string param;    // the offending field, "" when none
-  // The body names a model other than the served one (the 404).
-  bool unknown_model = false;
-  // The body would take too much memory once parsed (the 413,
-  // engines/json_limits.h).
-  bool too_large = false;
 };
 
 struct ParsedRequest {

@@ -21,7 +21,10 @@
 #include "router/access_log.h"
 #include "router/common/clock.h"
 #include "router/common/journal.h"
+#include "router/common/live_settings.h"
 #include "router/common/metrics.h"
+#include "router/fleet/cares_resolver.h"
+#include "router/fleet/dns_groups.h"
 #include "router/fleet/engine_wait.h"
 #include "router/fleet/event_bus.h"
 #include "router/fleet/fleet.h"
@@ -31,23 +34,20 @@
 #include "router/fleet/startup_checks.h"
 #include "router/router.h"
 #include "server/admin/admin_service.h"
-#include "server/config_loader.h"
+#include "server/config/config_file.h"
+#include "server/config/config_loader.h"
+#include "server/config/config_reload.h"
+#include "server/config/engine_options.h"
 #include "server/embedded_fleet.h"
-#include "server/engine_options.h"
-#include "server/grpc_credentials.h"
-#include "server/grpc_health.h"
-#include "server/grpc_reflection.h"
+#include "server/grpc/grpc_credentials.h"
+#include "server/grpc/grpc_health.h"
+#include "server/grpc/grpc_reflection.h"
+#include "server/grpc/inference_service.h"
+#include "server/http/openai_shim.h"
 #include "server/http/tls_context.h"
 #include "server/idle_memory_release.h"
-#include "server/inference_service.h"
 #include "server/log.h"
-#include "server/openai_shim.h"
 #include "server/probe_listener.h"
-#include "server/config_reload.h"
-#include "server/config/config_file.h"
-#include "router/common/live_settings.h"
-#include "router/fleet/cares_resolver.h"
-#include "router/fleet/dns_groups.h"
 #include "server/process_metrics.h"
 #include "server/runtime_tuning.h"
 #include "server/status_table.h"
@@ -153,7 +153,8 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       if (!value(&text)) return false;
       if (!ParseSeconds(text, &args->preflight_wait_s)) {
         std::cerr << "narwhal-serve: --preflight-wait-s must be a number of seconds >= 0 (got \""
-                  << text << "\")\n" << kUsage;
+                  << text << "\")\n"
+                  << kUsage;
         return false;
       }
     } else if (flag == "--log-level") {
@@ -161,15 +162,16 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       if (!value(&level)) return false;
       if (!router::ParseLogLevel(level, &args->log_level)) {
         std::cerr << "narwhal-serve: --log-level must be debug, info, warn or error (got \""
-                  << level << "\")\n" << kUsage;
+                  << level << "\")\n"
+                  << kUsage;
         return false;
       }
     } else if (flag == "--log-format") {
       std::string format;
       if (!value(&format)) return false;
       if (!router::ParseLogFormat(format, &args->log_format)) {
-        std::cerr << "narwhal-serve: --log-format must be text or json (got \"" << format
-                  << "\")\n" << kUsage;
+        std::cerr << "narwhal-serve: --log-format must be text or json (got \"" << format << "\")\n"
+                  << kUsage;
         return false;
       }
     } else if (flag == "--help" || flag == "-h") {
@@ -245,8 +247,9 @@ int Serve(const Args& args) {
     }
     embedded = std::move(*started);
     settings = embedded->settings();
-    LogInfo("narwhal-serve: no --config given: serving the embedded simulated fleet "
-            "(2 prefill + 2 decode narwhal-sim engines on loopback)");
+    LogInfo(
+        "narwhal-serve: no --config given: serving the embedded simulated fleet "
+        "(2 prefill + 2 decode narwhal-sim engines on loopback)");
   } else {
     config_file.emplace(args.config);
     auto loaded = config_file->Load();
@@ -340,14 +343,14 @@ int Serve(const Args& args) {
 
   // DNS groups (B24): resolved on the first loop with c-ares, their members
   // joining and leaving the fleet.
-  router::DnsGroups dns_groups(
-      fleet, clock, &metrics, loops.executor(0),
-      [&loops](const std::vector<std::string>& servers)
-          -> absl::StatusOr<std::unique_ptr<router::DnsResolver>> {
-        auto made = router::CaresResolver::Create(loops.executor(0), {.servers = servers});
-        if (!made.ok()) return made.status();
-        return std::unique_ptr<router::DnsResolver>(std::move(*made));
-      });
+  router::DnsGroups dns_groups(fleet, clock, &metrics, loops.executor(0),
+                               [&loops](const std::vector<std::string>& servers)
+                                   -> absl::StatusOr<std::unique_ptr<router::DnsResolver>> {
+                                 auto made = router::CaresResolver::Create(loops.executor(0),
+                                                                           {.servers = servers});
+                                 if (!made.ok()) return made.status();
+                                 return std::unique_ptr<router::DnsResolver>(std::move(*made));
+                               });
   dns_groups.SetGroups(settings);
   dns_groups.Start();
 
@@ -390,8 +393,8 @@ int Serve(const Args& args) {
   // --preflight (B18) runs before any listener is bound.
   if (args.preflight) {
     const router::EngineWaitResult waited = router::WaitForEngines(
-        settings, control_client, clock,
-        [&signals](double s) { return !SignalWithin(signals, s); }, args.preflight_wait_s);
+        settings, control_client, clock, [&signals](double s) { return !SignalWithin(signals, s); },
+        args.preflight_wait_s);
     if (waited.interrupted) {
       LogInfo("narwhal-serve: signal received while waiting for engines: not serving");
       return 0;
@@ -496,9 +499,8 @@ int Serve(const Args& args) {
   int admin_port = 0;
   SplitHostPort(settings.listen.admin, &admin_host, &admin_port);
   int admin_bound = 0;
-  std::unique_ptr<grpc::Server> admin_server =
-      StartGrpcServer(settings.listen.admin, &admin, &admin_reflection, grpc_credentials,
-                      &admin_bound);
+  std::unique_ptr<grpc::Server> admin_server = StartGrpcServer(
+      settings.listen.admin, &admin, &admin_reflection, grpc_credentials, &admin_bound);
   if (!admin_server) {
     LogError("narwhal-serve: cannot bind the admin listener to " + settings.listen.admin);
     shim.StopAccepting();
@@ -508,10 +510,9 @@ int Serve(const Args& args) {
   }
 
   // grpc.health.v1 on both gRPC listeners follows /ready.
-  GrpcHealth grpc_health(
-      {{grpc_server.get(), {narwhal::v1::Inference::service_full_name()}},
-       {admin_server.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
-      [&fleet] { return fleet.Ready(nullptr); });
+  GrpcHealth grpc_health({{grpc_server.get(), {narwhal::v1::Inference::service_full_name()}},
+                          {admin_server.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
+                         [&fleet] { return fleet.Ready(nullptr); });
 
   std::printf("narwhal-serve ready http=%s:%d grpc=%s:%d admin=%s:%d%s\n", http_host.c_str(),
               *bound, grpc_host.c_str(), grpc_bound, admin_host.c_str(), admin_bound,
@@ -537,8 +538,7 @@ int Serve(const Args& args) {
   // Graceful drain: new requests are refused (503) while admitted ones
   // finish, streams included, for up to serving.graceful_timeout_s; then
   // whatever is left is cancelled and every listener closes.
-  const engines::MonoTime drain_deadline =
-      clock.Now() + engines::FromSeconds(graceful_timeout_s);
+  const engines::MonoTime drain_deadline = clock.Now() + engines::FromSeconds(graceful_timeout_s);
   grpc_health.Drain();
   if (probes) probes->BeginDrain();
   shim.BeginDrain();
@@ -547,8 +547,8 @@ int Serve(const Args& args) {
   admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   const size_t cut = router.Drain(engines::FromSeconds(graceful_timeout_s), loops.executor(0));
   if (cut > 0) {
-    LogWarning("narwhal-serve: drain deadline (" + LogSeconds(graceful_timeout_s) + ") passed: " +
-               std::to_string(cut) + (cut == 1 ? " request" : " requests") +
+    LogWarning("narwhal-serve: drain deadline (" + LogSeconds(graceful_timeout_s) +
+               ") passed: " + std::to_string(cut) + (cut == 1 ? " request" : " requests") +
                " cut, each ended with a shutting_down error (503; gRPC UNAVAILABLE)");
   } else {
     LogInfo("narwhal-serve: drained: every admitted request finished");

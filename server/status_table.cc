@@ -245,10 +245,12 @@ EdgeStatus StatusFor(const router::Outcome& outcome) {
   e.http_status = RowStatus(row, outcome.engine_status);
   e.error_type = row.type;
   e.grpc_code = RowGrpcCode(row, e.http_status);
-  e.retry_after = e.http_status == 429 || e.http_status == 503;
+  e.retry_after = RetryAfterFor(e.http_status);
   if (row.journal_status) e.journal_status = e.http_status;
   return e;
 }
+
+bool RetryAfterFor(int http_status) { return http_status == 429 || http_status == 503; }
 
 size_t StatusTableRows() { return kTable.size(); }
 

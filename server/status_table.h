@@ -54,6 +54,10 @@ struct EdgeStatus {
 
 // The table's answer for `outcome`.
 EdgeStatus StatusFor(const router::Outcome& outcome);
+// Whether a response with this HTTP status carries `Retry-After: 1` (429
+// and 503): the one decision, for outcomes and for the door's own answers
+// that have none (the connection cap, unknown routes).
+bool RetryAfterFor(int http_status);
 // The status a failed engine leg would give its client before any output
 // (journal attempt_failures[].status, the Python binding's `status`).
 int FailureStatus(const engines::EngineFailure& failure);

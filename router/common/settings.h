@@ -1,7 +1,7 @@
 // The fleet configuration as one immutable, typed value (SPEC §3).
 //
 // The schema of the file — keys, types, bounds, meanings — is
-// proto/narwhal/config/v1/config.proto. server/config_loader parses and
+// proto/narwhal/config/v1/config.proto. server/config/config_loader parses and
 // validates the JSON fleet file into this struct at start-up (and at each
 // live reload, into a new one: router/common/settings_diff.h says what
 // changed); every component receives it (or the part it needs) by const
@@ -89,11 +89,11 @@ struct ServingSettings {
 };
 
 struct AdminSettings {
-  std::string token_env;  // env var holding the admin bearer token; "" = none
-  int max_watchers = 64;                 // WatchEvents streams open at once
-  int watch_buffer_bytes = 1 << 20;      // queued bytes per stream before it is ended
-  int watch_queue = 1024;                // queued events per stream (0 = bytes only)
-  double watch_stall_timeout_s = 10;     // time to take the end before cancellation
+  std::string token_env;              // env var holding the admin bearer token; "" = none
+  int max_watchers = 64;              // WatchEvents streams open at once
+  int watch_buffer_bytes = 1 << 20;   // queued bytes per stream before it is ended
+  int watch_queue = 1024;             // queued events per stream (0 = bytes only)
+  double watch_stall_timeout_s = 10;  // time to take the end before cancellation
 };
 
 struct EngineIoSettings {
@@ -156,8 +156,8 @@ struct RecoverySettings {
 
 // Per-link health (router/fleet/link_book.h).
 struct LinkSettings {
-  int hold_after = 3;   // consecutive failed decodes over one link before it may be held
-  double window_s = 60; // how recent the engines' successes with other peers must be
+  int hold_after = 3;    // consecutive failed decodes over one link before it may be held
+  double window_s = 60;  // how recent the engines' successes with other peers must be
 };
 
 // How DNS groups are resolved (engines[].dns).

@@ -13,7 +13,7 @@
 // keep their breaker, link, quarantine and cache state. Reordering engines
 // changes nothing.
 //
-// Settings must be ones the loader produced (server/config_loader.h); the
+// Settings must be ones the loader produced (server/config/config_loader.h); the
 // command-line listener overrides of narwhal-serve are part of them, so a
 // reload applies them to the candidate before comparing.
 #ifndef NARWHAL_ROUTER_COMMON_SETTINGS_DIFF_H_

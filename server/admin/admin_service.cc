@@ -4,14 +4,14 @@
 #include <utility>
 #include <vector>
 
+#include "engines/engine_failure.h"
 #include "router/fleet/readmission.h"
 #include "server/admin/admin_callbacks.h"
 #include "server/admin/admin_mappers.h"
 #include "server/admin/runtime_engine.h"
 #include "server/admin/struct_codec.h"
 #include "server/api_key.h"
-#include "server/config_loader.h"
-#include "engines/engine_failure.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 namespace {
@@ -257,7 +257,8 @@ grpc::Status LastOfARole(const router::Fleet& fleet, const std::string& iid, boo
   if (role.empty()) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       "engine " + iid + " is the last engine in placement for the " + role +
-                          " role: " + action + " it and every request needing that role gets "
+                          " role: " + action +
+                          " it and every request needing that role gets "
                           "503; set force to do it anyway");
 }
 
@@ -270,9 +271,9 @@ grpc::ServerUnaryReactor* AdminService::EjectEngine(grpc::CallbackServerContext*
   EngineSnapshot snapshot;
   if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
   if (request->reason().size() > kMaxReasonBytes) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                           "reason is over " + std::to_string(kMaxReasonBytes) +
-                                               " bytes"));
+    return FinishNow(context,
+                     grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  "reason is over " + std::to_string(kMaxReasonBytes) + " bytes"));
   }
   if (snapshot.state != PlacementState::kEjected) {
     if (grpc::Status s = LastOfARole(fleet_, request->iid(), request->force(), "ejecting");
@@ -280,9 +281,8 @@ grpc::ServerUnaryReactor* AdminService::EjectEngine(grpc::CallbackServerContext*
       return FinishNow(context, s);
     }
   }
-  const std::string detail = request->reason().empty()
-                                 ? "ejected by an operator"
-                                 : engines::EngineText(request->reason());
+  const std::string detail =
+      request->reason().empty() ? "ejected by an operator" : engines::EngineText(request->reason());
   if (absl::Status s = fleet_.Eject(request->iid(), detail); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }

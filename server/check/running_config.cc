@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "engines/json_limits.h"
 #include "narwhal/admin/v1/admin.grpc.pb.h"
-#include "server/config_loader.h"
-#include "server/grpc_request.h"
+#include "server/config/config_loader.h"
+#include "server/grpc/grpc_request.h"
 
 namespace narwhal::server {
 namespace {

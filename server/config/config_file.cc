@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 

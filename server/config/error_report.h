@@ -1,4 +1,4 @@
-// How the fleet-file loader (server/config_loader.h) words what it reports:
+// How the fleet-file loader (server/config/config_loader.h) words what it reports:
 // values shown as they appear in the file (ASCII, truncated, never with
 // credentials), numbers, key paths, and the ranked list of every violation.
 #ifndef NARWHAL_SERVER_CONFIG_ERROR_REPORT_H_
@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -65,7 +64,6 @@ class Errors {
  private:
   std::vector<std::pair<int, std::string>> messages_;
 };
-
 
 }  // namespace narwhal::server::config_file
 

@@ -1,7 +1,7 @@
 // Step 3 of loading a fleet file, validation, once, from the proto into
 // router::Settings: every bound of the schema, the forms of listeners, URLs,
 // ids and names, the known connectors, unique engines, the rules relating two
-// keys, and the TLS files (server/config_loader.h lists them).
+// keys, and the TLS files (server/config/config_loader.h lists them).
 #ifndef NARWHAL_SERVER_CONFIG_VALIDATE_H_
 #define NARWHAL_SERVER_CONFIG_VALIDATE_H_
 

@@ -37,10 +37,10 @@ constexpr size_t kReadSize = 16 * 1024;
 constexpr size_t kBufferSlack = 16 * 1024;
 
 // The door's own refusals (server/admission) and their messages.
-constexpr RefusalKind kMalformed = RefusalKind::kMalformedHttp;
-constexpr RefusalKind kTooLarge = RefusalKind::kTooLarge;
-constexpr RefusalKind kHeadersTooLarge = RefusalKind::kHeadersTooLarge;
-constexpr RefusalKind kHeaderTimeout = RefusalKind::kHeaderTimeout;
+constexpr router::Reason kMalformed = router::Reason::kMalformedHttp;
+constexpr router::Reason kTooLarge = router::Reason::kTooLarge;
+constexpr router::Reason kHeadersTooLarge = router::Reason::kHeadersTooLarge;
+constexpr router::Reason kHeaderTimeout = router::Reason::kHeaderTimeout;
 constexpr const char* kLengthConflict =
     "a request with both Content-Length and Transfer-Encoding is not allowed";
 constexpr const char* kUnsupportedCoding = "Transfer-Encoding other than chunked is not supported";
@@ -344,9 +344,9 @@ Awaitable<Connection::Next> Connection::RefuseHead(RequestParser& parser, error_
 }
 
 Awaitable<Connection::Next> Connection::Refuse(const HttpRequest& partial, std::string_view path,
-                                               RefusalKind kind, std::string message) {
+                                               router::Reason reason, std::string message) {
   Refusal refusal;
-  refusal.kind = kind;
+  refusal.reason = reason;
   refusal.message = std::move(message);
   HttpResponse response = routes_.Refuse(partial, path, std::move(refusal));
   FinishForWire(response, partial.version() == 10 ? 10 : 11, /*keep_alive=*/false);

@@ -78,7 +78,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // within the header timeout.
   engines::Awaitable<Next> RefuseHead(RequestParser& parser, boost::system::error_code ec);
   engines::Awaitable<Next> Refuse(const HttpRequest& partial, std::string_view path,
-                                  RefusalKind kind, std::string message);
+                                  router::Reason reason, std::string message);
   std::string BodyTooLarge() const;
   // The 431 message: too many header (and trailer) fields, or too many bytes.
   std::string HeadersTooLarge(const RequestParser& parser) const;

@@ -1,4 +1,4 @@
-// The limits of the HTTP front door (server/openai_shim), one value per door.
+// The limits of the HTTP front door (server/http/openai_shim), one value per door.
 //
 // Built from the fleet settings (serving.*) by HttpDoorOptionsFrom() — all
 // but `tls`, which the caller sets from the files of `tls.*`; tests

@@ -25,7 +25,7 @@ HttpResponse JsonResponse(int status, const nlohmann::json& body) {
 HttpResponse ErrorResponse(int status, ErrorType type, const std::string& message,
                            const std::string& param) {
   HttpResponse res = JsonResponse(status, OpenAiErrorBody(status, type, message, param));
-  if (status == 429 || status == 503) res.set(http::field::retry_after, "1");
+  if (RetryAfterFor(status)) res.set(http::field::retry_after, "1");
   return res;
 }
 

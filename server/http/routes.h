@@ -1,20 +1,19 @@
 // HttpRoutes: what a client connection (server/http/connection.h) asks of
 // the door's routes, so the connection deals only in HTTP framing and the
-// routes only in OpenAI semantics (server/openai_shim.cc implements it).
+// routes only in OpenAI semantics (server/http/openai_shim.cc implements it).
 //
 // Called on the connection's loop; implementations are thread-safe (one
 // instance serves every connection on every loop) and never block.
 #ifndef NARWHAL_SERVER_HTTP_ROUTES_H_
 #define NARWHAL_SERVER_HTTP_ROUTES_H_
 
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
-#include <boost/beast/http/verb.hpp>
 
 #include "engines/engine_client.h"
 #include "router/request.h"

@@ -1,4 +1,4 @@
-// The fleet file loader (server/config_loader.h): ParseFleetConfig on the
+// The fleet file loader (server/config/config_loader.h): ParseFleetConfig on the
 // text, and LoadFleetConfig on the same text written to a temporary file
 // (the path serve and check take), which must give the same verdict.
 //
@@ -18,15 +18,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/statusor.h"
 #include "router/common/settings.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -39,8 +38,8 @@ class TempFile {
  public:
   TempFile() {
     const char* dir = std::getenv("TMPDIR");
-    path_ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-            "/narwhal-fuzz-config-XXXXXX";
+    path_ =
+        std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/narwhal-fuzz-config-XXXXXX";
     fd_ = ::mkstemp(path_.data());
     if (fd_ < 0) narwhal::fuzz::CheckFailed(__FILE__, __LINE__, "mkstemp", path_);
   }
@@ -91,8 +90,7 @@ void CheckAccepted(const narwhal::router::Settings& s, std::string_view text) {
   const nlohmann::json effective = narwhal::server::SettingsToJson(s);
   std::string dumped;
   FUZZ_CHECK_MSG(narwhal::fuzz::Serialises(effective, &dumped), Show(effective));
-  const absl::StatusOr<narwhal::router::Settings> again =
-      narwhal::server::ParseFleetConfig(dumped);
+  const absl::StatusOr<narwhal::router::Settings> again = narwhal::server::ParseFleetConfig(dumped);
   FUZZ_CHECK_MSG(again.ok(), std::string(again.status().message()) + "\n  for " +
                                  Printable(dumped, 2000) + "\n  from " + Printable(text, 2000));
   FUZZ_CHECK_MSG(narwhal::server::SettingsToJson(*again) == effective, Printable(dumped, 2000));
@@ -112,7 +110,8 @@ void Run(const uint8_t* bytes, size_t size) {
   const absl::StatusOr<narwhal::router::Settings> loaded = narwhal::server::LoadFleetConfig(path);
   FUZZ_CHECK_MSG(loaded.ok() == parsed.ok(), std::string(loaded.status().message()));
   if (loaded.ok()) {
-    FUZZ_CHECK(narwhal::server::SettingsToJson(*loaded) == narwhal::server::SettingsToJson(*parsed));
+    FUZZ_CHECK(narwhal::server::SettingsToJson(*loaded) ==
+               narwhal::server::SettingsToJson(*parsed));
   } else {
     const std::string label = "config " + path + ": ";
     CheckRefusal(loaded.status(), label, size);

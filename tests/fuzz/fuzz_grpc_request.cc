@@ -19,22 +19,22 @@
 // serialised form as the same body (both doors apply one set of rules).
 // Also: StructDepthWithin agrees with engines::JsonDepthWithin on the
 // JSON form of `extra`.
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <string>
-
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/impl/grpc_library.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engines/api.h"
 #include "engines/json_limits.h"
 #include "narwhal/v1/inference.pb.h"
-#include "server/grpc_request.h"
+#include "server/grpc/grpc_request.h"
 #include "server/openai_request.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -53,8 +53,9 @@ void CheckTranslation(const narwhal::v1::GenerateRequest& request, bool stream) 
       narwhal::server::TranslateGenerateRequest(request, stream, kModel);
   const narwhal::server::ParsedRequest& p = out.parsed;
   if (!p.ok) {
-    FUZZ_CHECK_MSG(p.error.status == 400 || p.error.status == 404,
-                   std::to_string(p.error.status));
+    FUZZ_CHECK_MSG(p.error.reason == narwhal::router::Reason::kInvalidRequest ||
+                       p.error.reason == narwhal::router::Reason::kModelNotFound,
+                   std::string(narwhal::router::ReasonName(p.error.reason)));
     FUZZ_CHECK(!p.error.message.empty());
     FUZZ_CHECK(p.error.message.size() <= 200 + request.model().size());
     return;
@@ -77,7 +78,8 @@ void CheckTranslation(const narwhal::v1::GenerateRequest& request, bool stream) 
   std::string text;
   FUZZ_CHECK_MSG(Serialises(body, &text), Show(body));
   FUZZ_CHECK_MSG(narwhal::engines::JsonDepthWithin(text), "depth");
-  const narwhal::server::ParsedRequest http = narwhal::server::ParseOpenAiRequest(text, out.api, kModel);
+  const narwhal::server::ParsedRequest http =
+      narwhal::server::ParseOpenAiRequest(text, out.api, kModel);
   FUZZ_CHECK_MSG(http.ok, http.error.message + " for " + Printable(text));
   // Doubles that are not finite serialise as null: compare the wire forms.
   FUZZ_CHECK_MSG(http.body.dump() == text, Printable(text));
@@ -104,7 +106,8 @@ void Run(const uint8_t* bytes, size_t size) {
   const bool decoded = Decode(bytes, size, 4194304, &request);
   narwhal::v1::GenerateRequest reference;
   const bool parsed = reference.ParseFromArray(bytes, static_cast<int>(size));
-  FUZZ_CHECK_MSG(decoded == parsed, decoded ? "decoded, protobuf refuses" : "refused, protobuf parses");
+  FUZZ_CHECK_MSG(decoded == parsed,
+                 decoded ? "decoded, protobuf refuses" : "refused, protobuf parses");
   narwhal::v1::GenerateRequest small;
   FUZZ_CHECK(Decode(bytes, size, 1024, &small) == (decoded && size <= 1024));
   if (!decoded) return;
@@ -118,8 +121,8 @@ void Run(const uint8_t* bytes, size_t size) {
     const json extra = narwhal::server::StructToJson(request.extra());
     std::string text;
     FUZZ_CHECK(Serialises(extra, &text));
-    const bool within = narwhal::server::StructDepthWithin(request.extra(),
-                                                           narwhal::engines::kMaxJsonDepth);
+    const bool within =
+        narwhal::server::StructDepthWithin(request.extra(), narwhal::engines::kMaxJsonDepth);
     FUZZ_CHECK_MSG(within == narwhal::engines::JsonDepthWithin(text), Printable(text));
   }
   CheckTranslation(request, /*stream=*/true);

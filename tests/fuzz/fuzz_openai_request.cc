@@ -36,7 +36,9 @@ using narwhal::server::ParsedRequest;
 const std::string kModel = "Qwen/Qwen3-0.6B";
 
 void CheckRefusal(const ParsedRequest& p, size_t raw_size) {
-  FUZZ_CHECK_MSG(p.error.status == 400 || p.error.status == 404, std::to_string(p.error.status));
+  FUZZ_CHECK_MSG(p.error.reason == narwhal::router::Reason::kInvalidRequest ||
+                     p.error.reason == narwhal::router::Reason::kModelNotFound,
+                 std::string(narwhal::router::ReasonName(p.error.reason)));
   FUZZ_CHECK(!p.error.message.empty());
   // Messages are fixed text, plus at most the client's own model name.
   FUZZ_CHECK_MSG(p.error.message.size() <= 200 + raw_size, Printable(p.error.message));

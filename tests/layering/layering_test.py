@@ -25,6 +25,9 @@ LAYERS = {
     "server": {"router", "router/fleet", "router/common", "engines/http", "engines", "proto",
                "version"},
     "python": {"server", "router", "router/common", "engines/http", "engines"},
+    # The load driver reaches the router over the wire only: the generated
+    # API, and the server's thread tuning (no router, no door).
+    "tools/bench": {"server", "proto", "version"},
     "proto": set(),
     "version": set(),
 }
@@ -111,6 +114,45 @@ class IncludeRuleTest(unittest.TestCase):
                if owner(inc) == "router/fleet"]
         self.assertTrue(ups)
         self.assertNotIn("router/fleet", LAYERS["router/common"])
+
+
+# Inside the server library: each part in its folder, and the two doors
+# apart. A door's files never include the other door's; the config reader
+# includes neither door. Admission, the status table and the shared pieces
+# stay at server/.
+SERVER_PARTS = {
+    "server/grpc": {"server/http", "server/admin"},
+    "server/http": {"server/grpc", "server/admin"},
+    "server/config": {"server/grpc", "server/http", "server/admin"},
+}
+
+
+def server_part(path):
+    for part in SERVER_PARTS:
+        if path.startswith(part + "/"):
+            return part
+    return None
+
+
+class ServerPartsTest(unittest.TestCase):
+    def test_each_door_has_its_folder(self):
+        for part in SERVER_PARTS:
+            self.assertTrue(glob.glob(part + "/*.cc", root_dir=ROOT), part)
+        stray = [p for p in sources("server")
+                 if "/" not in p[len("server/"):] and
+                 re.match(r"server/(grpc_|openai_shim|inference_service|config_|engine_options)", p)]
+        self.assertEqual(stray, [], "a door's or the config's file outside its folder")
+
+    def test_the_doors_do_not_include_each_other(self):
+        bad = []
+        for path in sources("server"):
+            part = server_part(path)
+            if part is None:
+                continue
+            for inc in includes(path):
+                if server_part(inc) in SERVER_PARTS[part]:
+                    bad.append(f"{path} includes {inc}")
+        self.assertEqual(bad, [])
 
 
 class CMakeLinkTest(unittest.TestCase):

@@ -12,7 +12,7 @@
 
 #include "google/rpc/status.pb.h"
 #include "narwhal/v1/inference.grpc.pb.h"
-#include "server/inference_service.h"
+#include "server/grpc/inference_service.h"
 #include "tests/server/http_door_harness.h"
 
 namespace narwhal::server::http_door_test {
@@ -45,7 +45,8 @@ class BothDoorsTest : public HttpDoorTest {
   }
 
   // Every message of a Generate call, and its status.
-  grpc::Status Generate(const pb::GenerateRequest& request, std::vector<pb::GenerateResponse>* out) {
+  grpc::Status Generate(const pb::GenerateRequest& request,
+                        std::vector<pb::GenerateResponse>* out) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     std::unique_ptr<grpc::ClientReader<pb::GenerateResponse>> reader =

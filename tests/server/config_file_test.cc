@@ -23,7 +23,7 @@
 
 #include "absl/strings/match.h"
 #include "server/config/bounded_file.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engines/json_limits.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 namespace {

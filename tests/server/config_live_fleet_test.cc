@@ -9,7 +9,7 @@
 #include <string>
 
 #include "server/config/address_rules.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 namespace {

@@ -1,9 +1,9 @@
-// Tests for server/config_loader: one test per validation rule of the fleet
+// Tests for server/config/config_loader: one test per validation rule of the fleet
 // file (SPEC §3), the defaults, the example files, the JSON form, what the
 // schema check adds to protobuf's JSON parser, engine identity and
 // credentials, and the bounds of every key that sizes a resource (the
 // maximum values start a router that serves).
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -25,9 +25,9 @@
 #include "router/common/clock.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
+#include "server/config/engine_options.h"
 #include "server/embedded_fleet.h"
-#include "server/engine_options.h"
-#include "server/openai_shim.h"
+#include "server/http/openai_shim.h"
 #include "tests/server/raw_http_client.h"
 
 namespace narwhal::server {
@@ -262,7 +262,8 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   Settings s = MustParse(MinimalConfig());
   s.model = "org/model";
   s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3", "127.0.0.1:4"};
-  s.engines = {{"a", "http://[::1]:9", Role::kBoth, "engine-a"}, {"b", "http://h:10", Role::kDecode}};
+  s.engines = {{"a", "http://[::1]:9", Role::kBoth, "engine-a"},
+               {"b", "http://h:10", Role::kDecode}};
   s.handoff = {"rewrite", 40};
   s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "NixlConnector", "fp"};
   s.serving = {3, 100, 50, 25, 7, 0.5, 0.25, 2, 99, 2048, 1.5, "CLIENT_KEY"};

@@ -1,6 +1,6 @@
 // The fleet config's `tls` section: both files or neither, each readable,
 // PEM, and the key the certificate's — every problem reported with its key
-// path, before anything could be bound (server/config_loader,
+// path, before anything could be bound (server/config/config_loader,
 // server/tls_files). Certificates are made at test time.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 #include "server/tls_files.h"
 #include "tests/server/tls_test_cert.h"
 
@@ -156,8 +156,9 @@ TEST_F(ConfigLoaderTlsTest, FilesThatAreNotPemAreRefused) {
   ASSERT_TRUE(nt::WriteTextFile(
       broken, "-----BEGIN CERTIFICATE-----\nAAAABBBBCCCC\n-----END CERTIFICATE-----\n"));
   const std::string message = Refusal({{"cert_file", broken}, {"key_file", cert_.key_file}});
-  EXPECT_EQ(message.rfind("config: tls.cert_file \"" + broken + "\" is not a PEM certificate "
-                          "chain: ",
+  EXPECT_EQ(message.rfind("config: tls.cert_file \"" + broken +
+                              "\" is not a PEM certificate "
+                              "chain: ",
                           0),
             0u)
       << message;
@@ -166,8 +167,9 @@ TEST_F(ConfigLoaderTlsTest, FilesThatAreNotPemAreRefused) {
   ASSERT_TRUE(nt::WriteTextFile(tail, cert_.cert_pem + "-----BEGIN CERTIFICATE-----\nAAAA\n"
                                                        "-----END CERTIFICATE-----\n"));
   const std::string tail_message = Refusal({{"cert_file", tail}, {"key_file", cert_.key_file}});
-  EXPECT_EQ(tail_message.rfind("config: tls.cert_file \"" + tail + "\": certificate 2 does not "
-                               "parse: ",
+  EXPECT_EQ(tail_message.rfind("config: tls.cert_file \"" + tail +
+                                   "\": certificate 2 does not "
+                                   "parse: ",
                                0),
             0u)
       << tail_message;

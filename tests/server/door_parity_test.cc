@@ -10,45 +10,43 @@
 #include <string>
 #include <vector>
 
-#include "server/grpc_typed_fields.h"
+#include "server/grpc/grpc_typed_fields.h"
 #include "tests/server/both_doors_harness.h"
 
 namespace narwhal::server::http_door_test {
 namespace {
 
-const json kSchema = {{"type", "object"},
-                      {"properties", {{"q", {{"type", "string"}}}}},
-                      {"required", {"q"}}};
+const json kSchema = {
+    {"type", "object"}, {"properties", {{"q", {{"type", "string"}}}}}, {"required", {"q"}}};
 
 // The chat request as an HTTP client writes it.
 json HttpChat(bool stream) {
-  return {
-      {"model", "m"},
-      {"messages",
-       {{{"role", "system"}, {"content", "be brief"}},
-        {{"role", "user"},
-         {"content",
-          {{{"type", "text"}, {"text", "what is in this image?"}},
-           {{"type", "image_url"},
-            {"image_url", {{"url", "data:image/png;base64,AAAA"}, {"detail", "low"}}}}}}},
-        {{"role", "assistant"},
-         {"content", nullptr},
-         {"tool_calls",
-          {{{"id", "call_1"},
-            {"type", "function"},
-            {"function", {{"name", "lookup"}, {"arguments", "{\"q\":\"narwhal\"}"}}}}}}},
-        {{"role", "tool"}, {"content", "a whale"}, {"tool_call_id", "call_1"}}}},
-      {"tools",
-       {{{"type", "function"},
-         {"function",
-          {{"name", "lookup"}, {"description", "looks things up"}, {"parameters", kSchema}}}}}},
-      {"tool_choice", "auto"},
-      {"response_format",
-       {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"schema", kSchema}}}}},
-      {"logprobs", true},
-      {"top_logprobs", 2},
-      {"max_tokens", 8},
-      {"stream", stream}};
+  return {{"model", "m"},
+          {"messages",
+           {{{"role", "system"}, {"content", "be brief"}},
+            {{"role", "user"},
+             {"content",
+              {{{"type", "text"}, {"text", "what is in this image?"}},
+               {{"type", "image_url"},
+                {"image_url", {{"url", "data:image/png;base64,AAAA"}, {"detail", "low"}}}}}}},
+            {{"role", "assistant"},
+             {"content", nullptr},
+             {"tool_calls",
+              {{{"id", "call_1"},
+                {"type", "function"},
+                {"function", {{"name", "lookup"}, {"arguments", "{\"q\":\"narwhal\"}"}}}}}}},
+            {{"role", "tool"}, {"content", "a whale"}, {"tool_call_id", "call_1"}}}},
+          {"tools",
+           {{{"type", "function"},
+             {"function",
+              {{"name", "lookup"}, {"description", "looks things up"}, {"parameters", kSchema}}}}}},
+          {"tool_choice", "auto"},
+          {"response_format",
+           {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"schema", kSchema}}}}},
+          {"logprobs", true},
+          {"top_logprobs", 2},
+          {"max_tokens", 8},
+          {"stream", stream}};
 }
 
 void ToStruct(const json& object, google::protobuf::Struct* out);
@@ -158,9 +156,9 @@ struct Answer {
   std::string text;
   std::string reasoning;
   std::vector<std::string> call_ids, call_names, call_arguments;
-  std::vector<std::string> tokens;           // logprob tokens
-  std::vector<double> logprobs;              // their logprobs
-  std::vector<std::string> bytes;            // their bytes
+  std::vector<std::string> tokens;            // logprob tokens
+  std::vector<double> logprobs;               // their logprobs
+  std::vector<std::string> bytes;             // their bytes
   std::vector<std::vector<std::string>> top;  // alternatives per token
   std::string finish_reason;
 
@@ -406,8 +404,8 @@ TEST_F(BothDoorsTest, TypedFieldsThatCannotBeSentAreRefusedWithTheirParam) {
   {
     pb::GenerateRequest r = GrpcChat();
     r.mutable_messages()->mutable_messages(1)->add_content_parts()->mutable_other();
-    cases.push_back({"part without type", r,
-                     "messages[1].content_parts[2] needs a string \"type\""});
+    cases.push_back(
+        {"part without type", r, "messages[1].content_parts[2] needs a string \"type\""});
   }
   {
     pb::GenerateRequest r = GrpcChat();
@@ -418,8 +416,8 @@ TEST_F(BothDoorsTest, TypedFieldsThatCannotBeSentAreRefusedWithTheirParam) {
     pb::GenerateRequest r = GrpcChat();
     (*r.mutable_tools(0)->mutable_function()->mutable_parameters()->mutable_fields())["x"]
         .set_number_value(std::numeric_limits<double>::infinity());
-    cases.push_back({"infinite schema number", r,
-                     "tools[0].function.parameters.x must be a finite number"});
+    cases.push_back(
+        {"infinite schema number", r, "tools[0].function.parameters.x must be a finite number"});
   }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

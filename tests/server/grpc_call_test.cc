@@ -1,8 +1,8 @@
-// The gRPC door's translation into admission (server/grpc_call): a
+// The gRPC door's translation into admission (server/grpc/grpc_call): a
 // Generate or Complete call — raw message, metadata, deadline — as the
 // DoorRequest and DoorBody admission reads, and through RequestAdmission
 // into the router::Request or refusal the door answers with. No channel.
-#include "server/grpc_call.h"
+#include "server/grpc/grpc_call.h"
 
 #include <grpcpp/impl/grpc_library.h>
 #include <grpcpp/support/slice.h>
@@ -72,27 +72,27 @@ TEST(GrpcCallTest, DecodesWithinTheLimitAndSaysWhyNot) {
   const narwhal::v1::GenerateRequest big = Prompt(std::string(2000, 'x'));
   const GrpcCall large = DecodeGrpcCall(Message(big), false, 1024);
   EXPECT_FALSE(large.decoded);
-  EXPECT_TRUE(large.error.too_large);
+  EXPECT_EQ(large.error.reason, router::Reason::kTooLarge);
   const DoorBody large_body = GrpcDoorBody(large, false, TestSettings());
   ASSERT_TRUE(large_body.refusal.has_value());
-  EXPECT_EQ(large_body.refusal->kind, RefusalKind::kTooLarge);
+  EXPECT_EQ(large_body.refusal->reason, router::Reason::kTooLarge);
   EXPECT_EQ(large_body.refusal->message,
             "request message of " + std::to_string(big.ByteSizeLong()) +
                 " bytes exceeds serving.max_request_bytes (1024 bytes)");
 
   const GrpcCall garbage = DecodeGrpcCall(Bytes("\xff\xff\xff"), false, 1024);
   EXPECT_FALSE(garbage.decoded);
-  EXPECT_FALSE(garbage.error.too_large);
+  EXPECT_EQ(garbage.error.reason, router::Reason::kMalformedMessage);
   const DoorBody garbage_body = GrpcDoorBody(garbage, false, TestSettings());
   ASSERT_TRUE(garbage_body.refusal.has_value());
-  EXPECT_EQ(garbage_body.refusal->kind, RefusalKind::kMalformedMessage);
+  EXPECT_EQ(garbage_body.refusal->reason, router::Reason::kMalformedMessage);
   EXPECT_EQ(garbage_body.refusal->message,
             "request message is not valid protobuf (malformed or truncated)");
 
   // A client that left before its message arrived sent nothing wrong.
   const DoorBody gone = GrpcDoorBody(garbage, /*client_gone=*/true, TestSettings());
   ASSERT_TRUE(gone.refusal.has_value());
-  EXPECT_EQ(gone.refusal->kind, RefusalKind::kCancelled);
+  EXPECT_EQ(gone.refusal->reason, router::Reason::kCancelled);
   EXPECT_EQ(gone.refusal->message, "client went away before its request arrived");
 }
 
@@ -154,14 +154,14 @@ TEST(GrpcCallTest, BodyIsTranslatedAndValidated) {
   other.set_model("n");
   const DoorBody model = GrpcDoorBody(DecodeGrpcCall(Message(other), false, 1024), false, settings);
   ASSERT_TRUE(model.refusal.has_value());
-  EXPECT_EQ(model.refusal->kind, RefusalKind::kUnknownModel);
+  EXPECT_EQ(model.refusal->reason, router::Reason::kModelNotFound);
   EXPECT_EQ(model.refusal->message, "The model `n` does not exist.");
 
   narwhal::v1::GenerateRequest none;
   none.set_model("m");
   const DoorBody input = GrpcDoorBody(DecodeGrpcCall(Message(none), false, 1024), false, settings);
   ASSERT_TRUE(input.refusal.has_value());
-  EXPECT_EQ(input.refusal->kind, RefusalKind::kInvalidRequest);
+  EXPECT_EQ(input.refusal->reason, router::Reason::kInvalidRequest);
   EXPECT_EQ(input.refusal->message, "prompt or messages is required");
 }
 

@@ -1,8 +1,8 @@
 // grpc.reflection.v1 answers from the generated descriptor pool.
-#include "server/grpc_reflection.h"
+#include "server/grpc/grpc_reflection.h"
 
-#include <gtest/gtest.h>
 #include <google/protobuf/descriptor.pb.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
@@ -58,14 +58,14 @@ TEST_F(ReflectionV1Test, ListsTheListenersServicesAndTheStandardOnes) {
 }
 
 TEST_F(ReflectionV1Test, SymbolAnswersItsFileWithEveryDependencyOnce) {
-  for (const char* symbol : {"narwhal.v1.Inference", "narwhal.v1.Inference.Generate",
-                             "narwhal.v1.GenerateRequest"}) {
+  for (const char* symbol :
+       {"narwhal.v1.Inference", "narwhal.v1.Inference.Generate", "narwhal.v1.GenerateRequest"}) {
     v1::ServerReflectionRequest q;
     q.set_file_containing_symbol(symbol);
     const std::vector<std::string> files = FileNames(service_.Answer(q));
     EXPECT_TRUE(Contains(files, "narwhal/v1/inference.proto")) << symbol;
     EXPECT_TRUE(Contains(files, "google/protobuf/struct.proto")) << symbol;  // imported
-    EXPECT_EQ(files.back(), "narwhal/v1/inference.proto");  // dependencies first
+    EXPECT_EQ(files.back(), "narwhal/v1/inference.proto");                   // dependencies first
     std::set<std::string> unique(files.begin(), files.end());
     EXPECT_EQ(unique.size(), files.size()) << symbol;
   }

@@ -24,7 +24,7 @@
 #include "router/common/journal.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "server/inference_service.h"
+#include "server/grpc/inference_service.h"
 #include "server/status_table.h"
 #include "tests/fakes/fake_engine_client.h"
 

@@ -1,25 +1,24 @@
-// The gRPC inference API with TLS (server/grpc_credentials, the credentials
+// The gRPC inference API with TLS (server/grpc/grpc_credentials, the credentials
 // narwhal-serve gives its inference and admin listeners): a client that
 // trusts the self-signed certificate made at test time gets its generation
 // over a real TLS connection on loopback; a plaintext client and a client
 // that does not trust the certificate are refused, and the listener keeps
 // serving.
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
 
-#include <gtest/gtest.h>
-
 #include "engines/http/io_loops.h"
 #include "narwhal/v1/inference.grpc.pb.h"
 #include "router/common/clock.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "server/grpc_credentials.h"
-#include "server/inference_service.h"
+#include "server/grpc/grpc_credentials.h"
+#include "server/grpc/inference_service.h"
 #include "server/tls_files.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/server/tls_test_cert.h"
@@ -52,8 +51,8 @@ class GrpcTlsTest : public ::testing::Test {
     settings_.engines[1].url = "http://127.0.0.1:2";
     settings_.engines[1].role = router::Role::kDecode;
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
-    router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
-                                               nullptr, 7);
+    router_ =
+        std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr, nullptr, 7);
     service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, "");
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", ListenerCredentials(&*pem), &port_);

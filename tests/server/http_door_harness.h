@@ -1,4 +1,4 @@
-// HttpDoorTest: the HTTP front door (server/openai_shim) on loopback, on the
+// HttpDoorTest: the HTTP front door (server/http/openai_shim) on loopback, on the
 // real router core with a scripted engine client (tests/fakes), a journal in
 // a temporary file and short timeouts; plus request builders for raw
 // clients (tests/server/raw_http_client.h).
@@ -23,7 +23,7 @@
 #include "router/common/journal.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "server/openai_shim.h"
+#include "server/http/openai_shim.h"
 #include "server/status_table.h"
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/server/raw_http_client.h"

@@ -1,20 +1,19 @@
-// The HTTP front door (server/openai_shim) on loopback, on the real router
+// The HTTP front door (server/http/openai_shim) on loopback, on the real router
 // core with a scripted engine client: what clients see (statuses, headers,
 // SSE framing, journal rows) and how the door holds under abuse — slow or
 // endless heads, pipelining, oversized and chunked bodies, conflicting
 // framings, connection floods — with short timeouts so the suite stays fast.
-#include "server/openai_shim.h"
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
+#include "server/http/openai_shim.h"
 #include "tests/server/http_door_harness.h"
 
 namespace narwhal::server::http_door_test {
@@ -208,8 +207,9 @@ TEST_F(HttpDoorTest, TrailerFieldsNeverJoinTheHeaders) {
   const std::string body = Completion(false);
   char size[32];
   std::snprintf(size, sizeof size, "%zx", body.size());
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
-                           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n";
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n";
   const std::string chunks = std::string(size) + "\r\n" + body + "\r\n0\r\n";
   // A credential in the trailer is not a credential.
   auto r = Exchange(head + "\r\n" + chunks + "Authorization: Bearer sekret\r\n\r\n");

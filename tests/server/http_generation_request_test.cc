@@ -93,13 +93,13 @@ TEST(HttpGenerationRequestTest, BodyIsParsedAndValidated) {
 
   const DoorBody not_json = HttpDoorBody(Post("/v1/completions", "{"), "/v1/completions", settings);
   ASSERT_TRUE(not_json.refusal.has_value());
-  EXPECT_EQ(not_json.refusal->kind, RefusalKind::kInvalidRequest);
+  EXPECT_EQ(not_json.refusal->reason, router::Reason::kInvalidRequest);
   EXPECT_EQ(not_json.refusal->message, "request body is not valid JSON");
 
   const DoorBody model = HttpDoorBody(Post("/v1/completions", R"({"model":"n","prompt":"x"})"),
                                       "/v1/completions", settings);
   ASSERT_TRUE(model.refusal.has_value());
-  EXPECT_EQ(model.refusal->kind, RefusalKind::kUnknownModel);
+  EXPECT_EQ(model.refusal->reason, router::Reason::kModelNotFound);
   EXPECT_EQ(model.refusal->param, "model");
 
   const DoorBody limit =

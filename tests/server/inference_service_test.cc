@@ -2,16 +2,15 @@
 // with a scripted engine client and a fake clock: the translation of
 // requests, the stream of deltas, the status table and ErrorInfo, deadlines,
 // cancellation and authentication.
-#include "server/inference_service.h"
+#include "server/grpc/inference_service.h"
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engines/http/io_loops.h"
 #include "google/rpc/status.pb.h"
@@ -41,8 +40,8 @@ class InferenceServiceTest : public ::testing::Test {
   void Start(const std::string& api_key = "") {
     fake_ = std::make_unique<nt::FakeEngineClient>(&clock_);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
-    router_ = std::make_unique<router::Router>(settings_, *fake_, *fleet_, clock_, nullptr,
-                                               nullptr, 7);
+    router_ =
+        std::make_unique<router::Router>(settings_, *fake_, *fleet_, clock_, nullptr, nullptr, 7);
     service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
@@ -126,7 +125,7 @@ TEST_F(InferenceServiceTest, GenerateStreamsDeltasThenFinal) {
   EXPECT_EQ(r.final->usage().prompt_tokens(), 3u);
   EXPECT_EQ(r.final->usage().completion_tokens(), 2u);
   EXPECT_EQ(r.final->usage().total_tokens(), 5u);
-  EXPECT_DOUBLE_EQ(r.final->ttft_s(), 0.25);        // B9, fake clock
+  EXPECT_DOUBLE_EQ(r.final->ttft_s(), 0.25);  // B9, fake clock
   EXPECT_DOUBLE_EQ(r.final->first_byte_s(), 0.5);
   EXPECT_EQ(r.final->request_id().size(), 32u);
   // The prompt became a completions body that asks for usage upstream.
@@ -140,9 +139,9 @@ TEST_F(InferenceServiceTest, GenerateStreamsDeltasThenFinal) {
 TEST_F(InferenceServiceTest, CompleteReturnsTheAssembledChat) {
   Start();
   fake_->QueuePrefill(nt::PrefillStep::Ok());
-  fake_->QueueDecode(nt::DecodeStep::Stream({nt::ChatRoleChunk(), nt::ChatChunk("Hi"),
-                                             nt::ChatChunk(" there", "stop"),
-                                             nt::UsageChunk(4, 2)}));
+  fake_->QueueDecode(
+      nt::DecodeStep::Stream({nt::ChatRoleChunk(), nt::ChatChunk("Hi"),
+                              nt::ChatChunk(" there", "stop"), nt::UsageChunk(4, 2)}));
   pb::GenerateRequest request;
   request.set_model("m");
   auto* m = request.mutable_messages()->add_messages();

@@ -13,8 +13,8 @@
 #include "engines/json_limits.h"
 #include "router/assembler.h"
 #include "server/admission.h"
-#include "server/config_loader.h"
-#include "server/grpc_request.h"
+#include "server/config/config_loader.h"
+#include "server/grpc/grpc_request.h"
 #include "server/openai_request.h"
 
 namespace narwhal::server {
@@ -30,8 +30,9 @@ TEST(JsonDepthTest, ClientBodyTooDeepIs400) {
                            DeepArray(kHostileDepth) + "}]}";
   const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kChatCompletions, "m");
   ASSERT_FALSE(p.ok);
-  EXPECT_EQ(p.error.status, 400);
-  EXPECT_TRUE(absl::StrContains(p.error.message, "nests deeper than 128 levels")) << p.error.message;
+  EXPECT_EQ(p.error.reason, router::Reason::kInvalidRequest);
+  EXPECT_TRUE(absl::StrContains(p.error.message, "nests deeper than 128 levels"))
+      << p.error.message;
 }
 
 TEST(JsonDepthTest, ClientBodyAtTheLimitIsAccepted) {
@@ -54,7 +55,7 @@ TEST(JsonDepthTest, BodyThatClosesBeforeItOpensIs400) {
     SCOPED_TRACE(body);
     const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kCompletions, "m");
     ASSERT_FALSE(p.ok);
-    EXPECT_EQ(p.error.status, 400);
+    EXPECT_EQ(p.error.reason, router::Reason::kInvalidRequest);
     EXPECT_FALSE(engines::EngineErrorMessage(body).empty());
   }
 }
@@ -75,7 +76,7 @@ TEST(JsonDepthTest, StructDepthIsMeasuredLikeJson) {
   google::protobuf::Value* v = &(*lists.mutable_fields())["l"];
   for (int i = 0; i < 3; ++i) v = v->mutable_list_value()->add_values();
   v->set_string_value("leaf");
-  EXPECT_TRUE(StructDepthWithin(lists, 4));   // {l:[[[ "leaf" ]]]}
+  EXPECT_TRUE(StructDepthWithin(lists, 4));  // {l:[[[ "leaf" ]]]}
   EXPECT_FALSE(StructDepthWithin(lists, 3));
 }
 
@@ -86,9 +87,10 @@ TEST(JsonDepthTest, GrpcExtraTooDeepIs400) {
   *request.mutable_extra() = DeepStruct(5000);
   const GrpcParsedRequest out = TranslateGenerateRequest(request, true, "m");
   ASSERT_FALSE(out.parsed.ok);
-  EXPECT_EQ(out.parsed.error.status, 400);
+  EXPECT_EQ(out.parsed.error.reason, router::Reason::kInvalidRequest);
   EXPECT_EQ(out.parsed.error.param, "extra");
-  EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "nests deeper")) << out.parsed.error.message;
+  EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "nests deeper"))
+      << out.parsed.error.message;
 
   *request.mutable_extra() = DeepStruct(20);
   EXPECT_TRUE(TranslateGenerateRequest(request, true, "m").parsed.ok);
@@ -96,7 +98,8 @@ TEST(JsonDepthTest, GrpcExtraTooDeepIs400) {
 
 TEST(JsonDepthTest, ConfigTooDeepIsAConfigError) {
   const std::string text = R"({"model":"m","engines":[{"iid":"a","url":"http://127.0.0.1:1"}],)"
-                           R"("serving":{"max_attempts":)" + DeepArray(kHostileDepth) + "}}";
+                           R"("serving":{"max_attempts":)" +
+                           DeepArray(kHostileDepth) + "}}";
   const auto loaded = ParseFleetConfig(text);
   ASSERT_FALSE(loaded.ok());
   EXPECT_TRUE(absl::StrContains(loaded.status().message(), "nests deeper than 128 levels"))
@@ -112,8 +115,8 @@ TEST(JsonDepthTest, EngineErrorBodyTooDeepIsReportedAsText) {
 
 TEST(JsonDepthTest, DecodeChunkTooDeepFailsAssembly) {
   router::Assembler assembler(engines::Api::kCompletions);
-  const std::string chunk = R"({"choices":[{"index":0,"text":"a","logprobs":)" +
-                            DeepArray(kHostileDepth) + "}]}";
+  const std::string chunk =
+      R"({"choices":[{"index":0,"text":"a","logprobs":)" + DeepArray(kHostileDepth) + "}]}";
   EXPECT_FALSE(assembler.Add(chunk));
   EXPECT_TRUE(absl::StrContains(assembler.error(), "nests deeper")) << assembler.error();
 }
@@ -133,11 +136,10 @@ TEST(JsonCostTest, ClientBodyOfEmptyObjectsIs413) {
   ASSERT_LT(body.size(), 4u << 20);  // under the default max_request_bytes
   const ParsedRequest p = ParseOpenAiRequest(body, engines::Api::kCompletions, "m");
   ASSERT_FALSE(p.ok);
-  EXPECT_EQ(p.error.status, 413);
-  EXPECT_TRUE(p.error.too_large);
+  EXPECT_EQ(p.error.reason, router::Reason::kTooLarge);
   EXPECT_TRUE(absl::StrContains(p.error.message, "request body would take more than"))
       << p.error.message;
-  EXPECT_EQ(RefusalFor(p.error).kind, RefusalKind::kTooLarge);
+  EXPECT_EQ(RefusalFor(p.error).reason, router::Reason::kTooLarge);
   // The same body with its bytes in one string is an ordinary request.
   const std::string text = R"({"model":"m","prompt":")" + std::string(body.size(), 'a') + R"("})";
   EXPECT_TRUE(ParseOpenAiRequest(text, engines::Api::kCompletions, "m").ok);
@@ -152,8 +154,7 @@ TEST(JsonCostTest, GrpcExtraOfEmptyStructsIs413) {
   for (size_t i = 0; i < 300000; ++i) list->add_values()->mutable_struct_value();
   const GrpcParsedRequest out = TranslateGenerateRequest(request, true, "m");
   ASSERT_FALSE(out.parsed.ok);
-  EXPECT_EQ(out.parsed.error.status, 413);
-  EXPECT_TRUE(out.parsed.error.too_large);
+  EXPECT_EQ(out.parsed.error.reason, router::Reason::kTooLarge);
   EXPECT_EQ(out.parsed.error.param, "extra");
   EXPECT_TRUE(absl::StrContains(out.parsed.error.message, "would take more than"))
       << out.parsed.error.message;

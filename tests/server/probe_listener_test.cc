@@ -12,7 +12,7 @@
 #include <string>
 
 #include "engines/http/io_loops.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/server/raw_http_client.h"
 
@@ -129,7 +129,8 @@ TEST_F(ProbeListenerTest, KeepAliveServesSeveralProbesOnOneConnection) {
 
 TEST_F(ProbeListenerTest, ASecondListenerOnTheSamePortFailsToBind) {
   nt::FakeClock clock;
-  ProbeListener other(clock, loops_, [](std::string*) { return true; }, kWindow);
+  ProbeListener other(
+      clock, loops_, [](std::string*) { return true; }, kWindow);
   absl::StatusOr<int> port = other.Bind("127.0.0.1", port_);
   ASSERT_FALSE(port.ok());
   EXPECT_NE(port.status().message().find("cannot bind the health listener to 127.0.0.1:"),

@@ -19,7 +19,7 @@
 
 #include "narwhal/config/v1/config.pb.h"
 #include "router/common/settings_diff.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 namespace {

@@ -10,7 +10,9 @@
 // frame would count ~300; what is allowed is a reused buffer growing to a new
 // high-water mark when one engine read carries more frames than any before
 // (amortized, not per frame): at most kGrowthAllocations in the window.
+#include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <prometheus/registry.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,11 +21,8 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <prometheus/registry.h>
+#include <string>
 
 #include "engines/clock.h"
 #include "engines/http/beast_engine_client.h"
@@ -31,7 +30,7 @@
 #include "router/common/settings.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "server/openai_shim.h"
+#include "server/http/openai_shim.h"
 #include "tests/fakes/sim_process.h"
 
 namespace {
@@ -127,14 +126,15 @@ TEST(RelayAllocationTest, HttpRelayAllocatesNothingPerFrame) {
   ASSERT_TRUE(port.ok()) << port.status();
   shim.Start();
 
-  const std::string body = json{{"model", settings.model},
-                                {"prompt", "Tell me a story"},
-                                {"max_tokens", kTokens},
-                                {"stream", true}}
-                               .dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string body = json{
+      {"model", settings.model},
+      {"prompt", "Tell me a story"},
+      {"max_tokens", kTokens},
+      {"stream", true}}.dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   const int fd = Connect(*port);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
@@ -169,8 +169,8 @@ TEST(RelayAllocationTest, HttpRelayAllocatesNothingPerFrame) {
   ASSERT_TRUE(done) << "stream did not finish; " << frames << " frames";
   ASSERT_GE(counted, 0) << "the window never closed";
   EXPECT_NE(received.find("HTTP/1.1 200"), std::string::npos);
-  EXPECT_LE(counted, kGrowthAllocations) << "allocations while ~" << (kWindowEnd - kWindowStart)
-                        << " frames were relayed";
+  EXPECT_LE(counted, kGrowthAllocations)
+      << "allocations while ~" << (kWindowEnd - kWindowStart) << " frames were relayed";
 }
 
 }  // namespace

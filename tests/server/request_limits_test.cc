@@ -1,6 +1,6 @@
 // The request limits of the `limits` config section and the finite-number
 // rule of the gRPC door, at the validation both doors share
-// (server/openai_request, server/grpc_request): each refusal is a 400 that
+// (server/openai_request, server/grpc/grpc_request): each refusal is a 400 that
 // names the field and says exactly what is wrong.
 #include <grpcpp/impl/grpc_library.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "server/grpc_request.h"
+#include "server/grpc/grpc_request.h"
 #include "server/openai_request.h"
 
 namespace narwhal::server {
@@ -58,7 +58,7 @@ TEST(RequestLimitsTest, MaxTokensAboveTheLimitSaysTheLimit) {
   const router::LimitSettings limits = Limits(100, 10, 10);
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     const ClientError e = Refusal(WithMaxTokens(field, "101"), limits);
-    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.reason, router::Reason::kInvalidRequest);
     EXPECT_EQ(e.param, field);
     EXPECT_EQ(e.message, std::string(field) + " must be at most 100 (got 101)");
   }
@@ -114,7 +114,7 @@ TEST(RequestLimitsTest, MessagesBeyondTheLimitAreRefused) {
   const router::LimitSettings limits = Limits(100, 3, 10);
   EXPECT_TRUE(ParseOpenAiRequest(Chat(3), Api::kChatCompletions, "m", limits).ok);
   const ClientError e = Refusal(Chat(4), limits, Api::kChatCompletions);
-  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.reason, router::Reason::kInvalidRequest);
   EXPECT_EQ(e.param, "messages");
   EXPECT_EQ(e.message, "messages must have at most 3 entries (got 4)");
   EXPECT_EQ(router::LimitSettings().max_messages, 4096);
@@ -191,7 +191,7 @@ TEST(RequestLimitsTest, NonFiniteNumbersInExtraAreRefused) {
     (*r.mutable_extra()->mutable_fields())["logprobs"].set_number_value(bad);
     const GrpcParsedRequest out = TranslateGenerateRequest(r, true, "m");
     ASSERT_FALSE(out.parsed.ok);
-    EXPECT_EQ(out.parsed.error.status, 400);
+    EXPECT_EQ(out.parsed.error.reason, router::Reason::kInvalidRequest);
     EXPECT_EQ(out.parsed.error.param, "extra");
     EXPECT_EQ(out.parsed.error.message, "extra.logprobs must be a finite number");
   }
@@ -258,7 +258,7 @@ TEST(RequestLimitsTest, FuzzRegressionNanNumberValueIsRefused) {
   for (const bool stream : {true, false}) {
     const GrpcParsedRequest out = TranslateGenerateRequest(request, stream, "Qwen/Qwen3-0.6B");
     ASSERT_FALSE(out.parsed.ok);
-    EXPECT_EQ(out.parsed.error.status, 400);
+    EXPECT_EQ(out.parsed.error.reason, router::Reason::kInvalidRequest);
     EXPECT_EQ(out.parsed.error.message, "extra.logprobs must be a finite number");
   }
 }

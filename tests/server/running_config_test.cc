@@ -9,12 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/match.h"
-#include "server/config_loader.h"
+#include "server/config/config_loader.h"
 
 namespace narwhal::server {
 namespace {

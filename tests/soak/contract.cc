@@ -16,37 +16,49 @@ const std::set<int> kAllowedStatus = {200, 400, 429, 500, 502, 503, 504};
 // 500), a cut or bad stream (502), a timeout or the deadline (504).
 const std::set<int> kAllowedAfterCommit = {500, 502, 503, 504};
 const std::set<std::string> kErrorTypes = {
-    "invalid_request_error", "rate_limit_error", "backend_unavailable", "prefill",
-    "decode",                "request_expired",  "handoff_expired"};
+    "invalid_request_error", "rate_limit_error", "backend_unavailable", "prefill", "decode",
+    "request_expired",       "handoff_expired"};
 
 // server/status_table.cc, GrpcCodeForStatus.
 int GrpcCodeFor(int status) {
   switch (status) {
-    case 200: return 0;
-    case 400: return 3;
-    case 429: return 8;
-    case 500: return 13;
+    case 200:
+      return 0;
+    case 400:
+      return 3;
+    case 429:
+      return 8;
+    case 500:
+      return 13;
     case 502:
-    case 503: return 14;
-    case 504: return 4;
-    default: return -1;
+    case 503:
+      return 14;
+    case 504:
+      return 4;
+    default:
+      return -1;
   }
 }
 
 bool TerminalFits(int status, const std::string& terminal) {
   switch (status) {
-    case 200: return terminal == "completed";
-    case 400: return terminal == "invalid" || terminal == "failed";
-    case 429: return terminal == "rejected" || terminal == "failed";
-    case 504: return terminal == "expired" || terminal == "failed";
-    default: return terminal == "failed";
+    case 200:
+      return terminal == "completed";
+    case 400:
+      return terminal == "invalid" || terminal == "failed";
+    case 429:
+      return terminal == "rejected" || terminal == "failed";
+    case 504:
+      return terminal == "expired" || terminal == "failed";
+    default:
+      return terminal == "failed";
   }
 }
 
 // A gRPC call cancelled by its client before its request message arrived
 // has a row without client_rid (there was no message to read it from), so
 // it cannot be matched to the soak's request; such rows are counted apart.
-// The router journals it cancelled (server/inference_service.cc Admit());
+// The router journals it cancelled (server/grpc/inference_service.cc Admit());
 // a cancel that lands after the router found the message missing but
 // before gRPC reports the call cancelled still reads as a missing message.
 bool PrematureCancelRow(const json& row) {
@@ -150,8 +162,7 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
     // client saw.
     const absl::Duration early = r.plan.door == Door::kGrpc ? kGrpcEarlyAbort : kEarlyAbort;
     const bool unseen = r.aborted && rows.empty() && r.plan.abort_after <= early &&
-                        r.http_status == 0 &&
-                        (r.rid.empty() || premature_rids.count(r.rid) == 1);
+                        r.http_status == 0 && (r.rid.empty() || premature_rids.count(r.rid) == 1);
     if (unseen) {
       ++report.aborted;
       ++report.aborted_unseen;
@@ -199,7 +210,8 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
       continue;
     }
     const int status = FinalStatus(r);
-    if (kAllowedStatus.count(status) == 0) add(absl::StrCat("status ", status, " not allowed"), row);
+    if (kAllowedStatus.count(status) == 0)
+      add(absl::StrCat("status ", status, " not allowed"), row);
     if (r.terminal_event && kAllowedAfterCommit.count(status) == 0) {
       add(absl::StrCat("committed stream ended with code ", status), row);
     }
@@ -228,11 +240,12 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
           absl::StrCat("journal row of no request the soak sent: ", row->dump().substr(0, 600)));
     }
   } else if (!premature.empty()) {
-    report.notes.push_back(absl::StrCat(
-        report.premature_cancel_rows,
-        " gRPC call(s) cancelled before their request message arrived were journaled "
-        "invalid/400 \"the call carried no request message\" instead of cancelled "
-        "(known router issue, tolerated), e.g. ", premature.front()->dump().substr(0, 400)));
+    report.notes.push_back(
+        absl::StrCat(report.premature_cancel_rows,
+                     " gRPC call(s) cancelled before their request message arrived were journaled "
+                     "invalid/400 \"the call carried no request message\" instead of cancelled "
+                     "(known router issue, tolerated), e.g. ",
+                     premature.front()->dump().substr(0, 400)));
   }
   for (const auto& [reason, left] : suppressed) {
     // A request that went away before it saw its refusal is not matched.
@@ -242,15 +255,14 @@ ContractReport CheckContract(const std::vector<RequestRecord>& records,
                                           "(their clients went away early)"));
     }
     if (left > report.aborted_unseen) {
-      report.violations.push_back(absl::StrCat(
-          "refusals_suppressed rows count ", left, " more ", reason,
-          " refusals than requests without a row (", report.aborted_unseen, " unseen)"));
+      report.violations.push_back(absl::StrCat("refusals_suppressed rows count ", left, " more ",
+                                               reason, " refusals than requests without a row (",
+                                               report.aborted_unseen, " unseen)"));
     }
   }
   const int judged = report.aborted - report.aborted_unseen;
   if (judged > 0 && report.aborted_cancelled < kMinCancelledShare * judged) {
-    report.violations.push_back(absl::StrCat("only ", report.aborted_cancelled, " of ",
-                                             judged,
+    report.violations.push_back(absl::StrCat("only ", report.aborted_cancelled, " of ", judged,
                                              " aborted requests were journaled cancelled"));
   }
   return report;

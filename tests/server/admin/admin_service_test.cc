@@ -3,6 +3,8 @@
 // validation against narwhal-sim engines (B17), quarantine (B15),
 // preflight (B18), the effective config, the bearer token, and WatchEvents
 // (replay, live events, slow watchers, shutdown).
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
@@ -10,13 +12,10 @@
 #include <future>
 #include <thread>
 
-#include <google/protobuf/util/json_util.h>
-#include <gtest/gtest.h>
-
-#include "server/config_loader.h"
-#include "tests/server/admin/admin_harness.h"
+#include "server/config/config_loader.h"
 #include "tests/fakes/sim_process.h"
 #include "tests/router/test_util.h"
+#include "tests/server/admin/admin_harness.h"
 
 namespace narwhal::testing {
 namespace {
