@@ -106,8 +106,16 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
 }
 
+// Instrumented builds: GCC says so with __SANITIZE_*__, clang with
+// __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kSlowdown = 10;  // instrumented builds
+constexpr double kSlowdown = 10;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr double kSlowdown = 10;
+#else
+constexpr double kSlowdown = 1;
+#endif
 #else
 constexpr double kSlowdown = 1;
 #endif

@@ -228,7 +228,8 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
   ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 3 && checks_->waiting() == 1; }));
   EXPECT_FALSE(fleet_->Checked("p0"));
   clock_.Advance(60s);
-  ASSERT_TRUE(WaitUntil([&] { return fleet_->Checked("p0"); }));
+  // Checked, then logged: the log is complete once its checker has ended.
+  ASSERT_TRUE(WaitUntil([&] { return fleet_->Checked("p0") && checks_->running() == 0; }));
   const std::string log = ::testing::internal::GetCapturedStderr();
 
   const std::vector<testing::Call> checks = Health("p0");
