@@ -60,7 +60,7 @@ COMPONENT_TARGETS=(
   sim_component_test sim_concurrency_test
   inference_service_test http_door_test http_door_capacity_test relay_alloc_test grpc_refusal_test
   http_framing_journal_test both_doors_test http_tls_test grpc_tls_test
-  admin_service_test watch_limits_test probe_listener_test cares_resolver_test
+  admin_service_test watch_limits_test probe_listener_test cares_resolver_test server_test
 )
 E2E_TARGETS=(narwhal_e2e_test narwhal_security_e2e_test admin_e2e_test breaker_e2e_test
   preflight_e2e_test narwhal_e2e_tls_test narwhal_cli_test narwhal_e2e_health_test

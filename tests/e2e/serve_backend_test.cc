@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -554,6 +556,20 @@ TEST_F(ServeFaultTest, B10EngineClientErrorKeepsTheEnginesStatusAndMessage) {
       const json row = JournalRow(router, c);
       EXPECT_EQ(row["status"], 400);
       EXPECT_EQ(row["terminal"], "failed");
+      if (phase[0] == 'd') {
+        // The refused decode's handoff is released through the consumer
+        // after the client has its answer: wait for that leg, or the next
+        // iteration's fault rule could fire on it instead of its decode.
+        const std::string release = Header(c, "x-request-id") + "-1r";
+        bool released = false;
+        for (int i = 0; i < 500 && !released; ++i) {
+          for (const json& r : SimRequests(Sim("d0"), "decode")) {
+            released = released || r["headers"].value("x-request-id", "") == release;
+          }
+          if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        EXPECT_TRUE(released) << "no release leg " << release << " reached d0";
+      }
     }
   }
 }

@@ -32,7 +32,7 @@ LAYERS = {
     "version": set(),
 }
 # Only the embedded default fleet reaches the simulator from the router's side.
-SIM_DOOR = {"server/embedded_fleet.h", "server/embedded_fleet.cc", "server/serve_main.cc"}
+SIM_DOOR = {"server/embedded_fleet.h", "server/embedded_fleet.cc", "server/server.cc"}
 # Headers that would bring a transport into the port or the request path.
 TRANSPORT = re.compile(r'^#include [<"](boost/beast|boost/asio/ip|httplib\.h|grpcpp|grpc/|'
                        r'narwhal/v1/|narwhal/admin/|simdjson)', re.M)
