@@ -7,7 +7,7 @@ using json = nlohmann::json;
 
 json OptionalSeconds(const std::optional<double>& s) { return s ? json(*s) : json(nullptr); }
 
-json OrNull(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+json NullIfEmpty(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
 json AttemptFailures(const std::vector<AttemptFailure>& failures, const JournalStatus* status) {
   json out = json::array();
@@ -15,7 +15,7 @@ json AttemptFailures(const std::vector<AttemptFailure>& failures, const JournalS
     json row = {
         {"attempt", af.attempt},
         {"phase", engines::PhaseName(af.failure.phase)},
-        {"iid", OrNull(af.failure.iid)},
+        {"iid", NullIfEmpty(af.failure.iid)},
         {"reason", engines::FailureReasonName(af.failure.reason)},
         {"class", engines::BreakerClassName(af.failure.breaker_class)},
         {"status", status != nullptr ? json(status->AttemptStatus(af.failure)) : json(nullptr)},
@@ -39,7 +39,7 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
   const std::string_view reason = ReasonName(outcome.reason);
   json row = {
       {"rid", request.rid},
-      {"client_rid", OrNull(request.client_rid)},
+      {"client_rid", NullIfEmpty(request.client_rid)},
       {"api", engines::ApiLabel(request.api)},
       {"door", DoorName(request.door)},
       {"stream", request.stream},
@@ -48,13 +48,13 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
       {"reason", reason.empty() ? json(nullptr) : json(reason)},
       {"status", status != nullptr ? status->Status(outcome) : json(nullptr)},
       {"error_type", status != nullptr ? status->ErrorTypeOf(outcome) : json(nullptr)},
-      {"error", OrNull(outcome.message)},
+      {"error", NullIfEmpty(outcome.message)},
       {"ttft_s", OptionalSeconds(outcome.ttft_s)},
       {"first_byte_s", OptionalSeconds(outcome.first_byte_s)},
       {"tpot_s", OptionalSeconds(record.tpot_s)},
       {"duration_s", duration_s},
-      {"prefill_iid", OrNull(record.prefill_iid)},
-      {"decode_iid", OrNull(record.decode_iid)},
+      {"prefill_iid", NullIfEmpty(record.prefill_iid)},
+      {"decode_iid", NullIfEmpty(record.decode_iid)},
       {"crossed", !record.decode_iid.empty() && record.decode_iid != record.prefill_iid},
       {"attempts", record.attempts},
       {"fleet_generation", request.config != nullptr ? json(request.config->number) : json(nullptr)},

@@ -21,9 +21,10 @@
 # Not under TSan: Debian's gRPC and Abseil are not built with TSan, so the
 # locks inside them (absl::Mutex, gRPC's completion queues and executors) are
 # invisible to it, and every test whose state is handed over by those locks
-# reports false races: inference_service_test and admin_service_test (gRPC
-# reactors), sim_test, sim_component_test, sim_concurrency_test and every test
-# that starts narwhal-sim (its state is behind absl::Mutex):
+# reports false races: the gRPC doors and the admin service
+# (server_component_test, admin_component_test, server_unit_test's config
+# and gRPC call tests), narwhal-sim's tests (sim_test, sim_component_test)
+# and every test that starts narwhal-sim (its state is behind absl::Mutex):
 # beast_engine_client_test, steady_state_alloc_test, relay_alloc_test. The
 # e2e label runs no sanitizer.
 set -euo pipefail
@@ -33,46 +34,22 @@ if [[ $# -gt 0 ]]; then shift; fi
 
 # Test binaries of the `unit` and `component` labels (address mode builds all
 # of them); the e2e binaries are listed so that a new test binary that is in
-# neither list stops the run instead of being skipped.
+# neither list stops the run instead of being skipped. Most folders have one
+# binary per label (tests/CMakeLists.txt, narwhal_test_binary).
 UNIT_TARGETS=(
-  sse_reader_test stream_event_test connector_test descriptor_contract_test cancel_token_test
-  remote_host_guard_test
-  json_limits_test cpu_limit_test
-  leg_timer_test engine_failure_test engine_text_test
-  router_test assembler_test router_parts_test preflight_test journal_test assembler_bounds_test
-  refusal_row_limiter_test
-  sim_test
-  config_loader_test readme_config_test json_depth_test idle_memory_release_test
-  runtime_tuning_test
-  breaker_book_test fleet_prober_test link_book_test fleet_links_test fleet_membership_test
-  handoff_release_test placement_test fleet_event_test readmission_test kv_recompute_test
-  api_key_test request_limits_test config_limits_test config_loader_tls_test config_file_test
-  config_live_fleet_test running_config_test settings_diff_test
-  client_request_id_test process_metrics_test
-  admission_test http_generation_request_test grpc_call_test
-  engine_wait_test context_limit_test access_log_test status_table_test journal_row_test
-  series_at_zero_test grpc_reflection_test dns_group_test startup_checks_test
-  metrics_text_test
+  engines_test engines_http_test sim_test router_unit_test fleet_test
+  server_unit_test config_limits_test server_core_test
 )
 COMPONENT_TARGETS=(
-  beast_engine_client_test beast_engine_client_fake_time_test steady_state_alloc_test
-  engine_response_bounds_test engine_text_relay_test engine_interim_response_test
-  sim_component_test sim_concurrency_test
-  inference_service_test http_door_test http_door_capacity_test relay_alloc_test grpc_refusal_test
-  http_framing_journal_test both_doors_test http_tls_test grpc_tls_test
-  admin_service_test watch_limits_test probe_listener_test cares_resolver_test server_test
+  engines_http_component_test beast_engine_client_test steady_state_alloc_test
+  sim_component_test engine_text_relay_test cares_resolver_test
+  server_component_test http_door_test relay_alloc_test admin_component_test
 )
-E2E_TARGETS=(narwhal_e2e_test narwhal_security_e2e_test admin_e2e_test breaker_e2e_test
-  preflight_e2e_test narwhal_e2e_tls_test narwhal_cli_test narwhal_e2e_health_test
-  narwhal_e2e_ops_test narwhal_placement_e2e_test narwhal_live_fleet_e2e_test)
+E2E_TARGETS=(narwhal_e2e_test admin_e2e_test breaker_e2e_test preflight_e2e_test)
 # ThreadSanitizer: no gRPC and no narwhal-sim in the path (see above).
 TSAN_TARGETS=(
-  router_test router_parts_test assembler_test journal_test refusal_row_limiter_test preflight_test
-  leg_timer_test cancel_token_test sse_reader_test stream_event_test connector_test
-  beast_engine_client_fake_time_test http_door_test
-  breaker_book_test fleet_prober_test idle_memory_release_test
-  handoff_release_test placement_test fleet_links_test fleet_membership_test fleet_event_test readmission_test kv_recompute_test
-  status_table_test journal_row_test dns_group_test cares_resolver_test startup_checks_test
+  engines_test engines_http_test engines_http_component_test router_unit_test fleet_test
+  cares_resolver_test server_core_test http_door_test
 )
 
 case "$mode" in

@@ -33,7 +33,7 @@ struct LogSettings {
   std::atomic<LogFormat> format{LogFormat::kText};
 };
 
-LogSettings& Settings() {
+LogSettings& LogConfig() {
   static LogSettings settings;
   return settings;
 }
@@ -65,7 +65,7 @@ void Write(LogLevel level, std::string_view message, const nlohmann::json* field
   static constexpr const char* kJson[] = {"debug", "info", "warn", "error"};
   const int rank = Rank(level);
   std::string line;
-  if (Settings().format.load(std::memory_order_relaxed) == LogFormat::kJson) {
+  if (LogConfig().format.load(std::memory_order_relaxed) == LogFormat::kJson) {
     nlohmann::json out = nlohmann::json::object();
     out["ts"] = Stamp();
     out["level"] = kJson[rank];
@@ -92,8 +92,8 @@ void Write(LogLevel level, std::string_view message, const nlohmann::json* field
 
 }  // namespace
 
-void SetLogLevel(LogLevel min_level) { Settings().min_rank = Rank(min_level); }
-void SetLogFormat(LogFormat format) { Settings().format = format; }
+void SetLogLevel(LogLevel min_level) { LogConfig().min_rank = Rank(min_level); }
+void SetLogFormat(LogFormat format) { LogConfig().format = format; }
 
 bool ParseLogLevel(std::string_view text, LogLevel* out) {
   if (text == "debug") {
@@ -122,7 +122,7 @@ bool ParseLogFormat(std::string_view text, LogFormat* out) {
 }
 
 bool LogEnabled(LogLevel level) {
-  return Rank(level) >= Settings().min_rank.load(std::memory_order_relaxed);
+  return Rank(level) >= LogConfig().min_rank.load(std::memory_order_relaxed);
 }
 
 void Log(LogLevel level, std::string_view message) { Write(level, message, nullptr); }

@@ -10,7 +10,7 @@
 namespace narwhal::router {
 namespace {
 
-int PhaseIndex(Phase p) { return p == Phase::kPrefill ? 0 : 1; }
+int RotationIndex(Phase p) { return p == Phase::kPrefill ? 0 : 1; }
 
 }  // namespace
 
@@ -212,7 +212,7 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
   std::vector<Candidate> candidates = Candidates(*view, phase, excluded, avoid, now);
   const bool cache_aware =
       phase == Phase::kPrefill && key != nullptr && view->placement.cache_aware();
-  const size_t rotation = rotation_[PhaseIndex(phase)].fetch_add(1, std::memory_order_relaxed);
+  const size_t rotation = rotation_[RotationIndex(phase)].fetch_add(1, std::memory_order_relaxed);
   std::optional<Choice> choice;
   if (cache_aware) {
     for (Candidate& c : candidates) {

@@ -17,14 +17,14 @@ using engines::kMaxChoices;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string Chunk(json choices) { return json{{"id", "x"}, {"choices", std::move(choices)}}.dump(); }
+std::string ChoicesChunk(json choices) { return json{{"id", "x"}, {"choices", std::move(choices)}}.dump(); }
 
 std::string TextAt(const json& index) {
-  return Chunk(json::array({{{"index", index}, {"text", "a"}}}));
+  return ChoicesChunk(json::array({{{"index", index}, {"text", "a"}}}));
 }
 
 std::string ToolCall(const json& index) {
-  return Chunk(json::array({{{"index", 0},
+  return ChoicesChunk(json::array({{{"index", 0},
                              {"delta",
                               {{"tool_calls",
                                 json::array({{{"index", index},
@@ -58,7 +58,7 @@ TEST(AssemblerBoundsTest, TooManyChoicesInOneChunkAreRefused) {
   json choices = json::array();
   for (int i = 0; i <= kMaxChoices; ++i) choices.push_back({{"text", "a"}});
   Assembler a(Api::kCompletions);
-  EXPECT_FALSE(a.Add(Chunk(choices)));
+  EXPECT_FALSE(a.Add(ChoicesChunk(choices)));
   EXPECT_EQ(a.error(), "decode chunk carries 17 choices; at most 16 are accepted");
 }
 
@@ -92,7 +92,7 @@ TEST(AssemblerBoundsTest, OddlyTypedFieldsNeverThrow) {
     EXPECT_TRUE(a.Add(ToolCall(nullptr)));
     EXPECT_TRUE(a.Add(ToolCall(1.5)));
     EXPECT_TRUE(a.Add(TextAt("3")));
-    EXPECT_TRUE(a.Add(Chunk(json::array(
+    EXPECT_TRUE(a.Add(ChoicesChunk(json::array(
         {{{"index", 0},
           {"delta",
            {{"tool_calls",

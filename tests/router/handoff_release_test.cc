@@ -29,6 +29,7 @@
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"
+#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 namespace {
@@ -40,9 +41,7 @@ using namespace std::chrono_literals;
 using engines::FromSeconds;
 using json = nlohmann::json;
 
-EngineSettings Engine(const std::string& iid, Role role) {
-  return EngineSettings{iid, "http://" + iid + ":8000", role};
-}
+using ::narwhal::testing::Engine;
 
 class HandoffReleaseTest : public ::testing::Test {
  protected:

@@ -16,7 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-Request SampleRequest() {
+Request RowRequest() {
   Request r;
   r.rid = "rid-1";
   r.door = Door::kHttp;
@@ -29,7 +29,7 @@ TEST(JournalRowTest, NoRecomputeEvidenceSaysNotSuspectedAndHasNoEvidence) {
   Outcome done;
   done.terminal = Terminal::kCompleted;
   const server::StatusTableJournal table{};
-  const json row = JournalRow(SampleRequest(), done, RequestRecord{}, 0.1, &table);
+  const json row = JournalRow(RowRequest(), done, RequestRecord{}, 0.1, &table);
   EXPECT_EQ(row["kv_recompute_suspected"], false);
   EXPECT_FALSE(row.contains("kv_recompute_evidence"));
   EXPECT_EQ(row["status"], 200);
@@ -50,7 +50,7 @@ TEST(JournalRowTest, RecomputeEvidenceOfTheRecordIsJournaled) {
                          {"cached_tokens", 0}};
   record.recompute_evidence = evidence;
   const server::StatusTableJournal table{};
-  const json row = JournalRow(SampleRequest(), done, record, 0.1, &table);
+  const json row = JournalRow(RowRequest(), done, record, 0.1, &table);
   EXPECT_EQ(row["kv_recompute_suspected"], true);
   EXPECT_EQ(row["kv_recompute_evidence"], evidence);
   EXPECT_EQ(row["crossed"], true);
@@ -61,7 +61,7 @@ TEST(JournalRowTest, ContextLengthRefusalTakesItsStatusFromTheTableInRowAndAcces
   const Outcome refused = RefusalOutcome(Terminal::kInvalid, Reason::kContextLengthExceeded,
                                          "max_tokens 5000 exceeds the model's context length");
   const server::StatusTableJournal table{};
-  const json row = JournalRow(SampleRequest(), refused, RequestRecord{}, 0.001, &table);
+  const json row = JournalRow(RowRequest(), refused, RequestRecord{}, 0.001, &table);
   EXPECT_EQ(row["terminal"], "invalid");
   EXPECT_EQ(row["reason"], "context_length_exceeded");
   EXPECT_EQ(row["status"], 400);
@@ -70,7 +70,7 @@ TEST(JournalRowTest, ContextLengthRefusalTakesItsStatusFromTheTableInRowAndAcces
   EXPECT_EQ(row["attempts"], 0);
 
   const json line =
-      AccessLog::Line(SampleRequest(), refused, RequestRecord{}, 0.001, 1.7e9, &table);
+      AccessLog::Line(RowRequest(), refused, RequestRecord{}, 0.001, 1.7e9, &table);
   EXPECT_EQ(line["status"], row["status"]);
   EXPECT_EQ(line["reason"], row["reason"]);
   EXPECT_EQ(line["terminal"], row["terminal"]);
@@ -79,10 +79,10 @@ TEST(JournalRowTest, ContextLengthRefusalTakesItsStatusFromTheTableInRowAndAcces
 TEST(JournalRowTest, AClientThatLeftBeforeOutputHasNoStatusInRowOrAccessLog) {
   const Outcome gone = RefusalOutcome(Terminal::kCancelled, Reason::kCancelled, "client went away");
   const server::StatusTableJournal table{};
-  const json row = JournalRow(SampleRequest(), gone, RequestRecord{}, 0.001, &table);
+  const json row = JournalRow(RowRequest(), gone, RequestRecord{}, 0.001, &table);
   EXPECT_TRUE(row["status"].is_null());
   EXPECT_TRUE(row["error_type"].is_null());
-  const json line = AccessLog::Line(SampleRequest(), gone, RequestRecord{}, 0.001, 1.7e9, &table);
+  const json line = AccessLog::Line(RowRequest(), gone, RequestRecord{}, 0.001, 1.7e9, &table);
   EXPECT_TRUE(line["status"].is_null());
 }
 

@@ -19,6 +19,7 @@
 #include "router/retry_budget.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/router/test_util.h"
+#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 namespace {
@@ -27,9 +28,7 @@ namespace nt = ::narwhal::testing;
 using namespace std::chrono_literals;
 using engines::BreakerClass;
 
-EngineSettings Engine(const std::string& iid, Role role) {
-  return EngineSettings{iid, "http://" + iid + ":8000", role};
-}
+using ::narwhal::testing::Engine;
 
 // ---------------------------------------------------------------------------
 // Placement

@@ -32,6 +32,7 @@
 #include "tests/fakes/fake_engine_client.h"
 #include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"
+#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 
@@ -60,9 +61,7 @@ using ::narwhal::testing::Chunk;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-EngineSettings Engine(const std::string& iid, Role role) {
-  return EngineSettings{iid, "http://" + iid + ":8000", role};
-}
+using ::narwhal::testing::Engine;
 
 class RouterTest : public ::testing::Test {
  protected:

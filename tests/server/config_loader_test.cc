@@ -57,7 +57,7 @@ json With(const std::string& section, const std::string& key, const json& value)
   return config;
 }
 
-Settings MustParse(const json& config) {
+Settings MustLoad(const json& config) {
   absl::StatusOr<Settings> settings = ParseFleetConfig(config.dump());
   EXPECT_TRUE(settings.ok()) << settings.status();
   return settings.ok() ? *settings : Settings{};
@@ -73,7 +73,7 @@ std::string ErrorText(const std::string& text) {
   return std::string(settings.status().message());
 }
 
-std::string ErrorOf(const json& config) { return ErrorText(config.dump()); }
+std::string LoadErrorOf(const json& config) { return ErrorText(config.dump()); }
 
 #define EXPECT_CONTAINS(haystack, needle)               \
   EXPECT_NE((haystack).find(needle), std::string::npos) \
@@ -171,7 +171,7 @@ std::string ExamplePath(const std::string& name) {
 // Defaults, examples and the JSON form.
 
 TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
-  const Settings s = MustParse(MinimalConfig());
+  const Settings s = MustLoad(MinimalConfig());
   EXPECT_EQ(s.model, "m");
   EXPECT_EQ(s.listen.http, "127.0.0.1:8000");
   EXPECT_EQ(s.listen.grpc, "127.0.0.1:50051");
@@ -217,7 +217,7 @@ TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
 }
 
 TEST(ConfigDefaults, EngineContractDefaults) {
-  const Settings s = MustParse(With("", "engine_contract", {{"vllm_version", "0.29.1"}}));
+  const Settings s = MustLoad(With("", "engine_contract", {{"vllm_version", "0.29.1"}}));
   ASSERT_TRUE(s.engine_contract.has_value());
   EXPECT_EQ(s.engine_contract->vllm_version, "0.29.1");
   EXPECT_EQ(s.engine_contract->connector, "NixlConnector");
@@ -251,15 +251,15 @@ TEST(ConfigExamples, FullExampleLoadsAndSetsEveryKey) {
 }
 
 TEST(ConfigJson, DefaultsRoundTrip) {
-  const Settings defaults = MustParse(MinimalConfig());
+  const Settings defaults = MustLoad(MinimalConfig());
   const json out = SettingsToJson(defaults);
-  const Settings again = MustParse(out);
+  const Settings again = MustLoad(out);
   ExpectSettingsEq(defaults, again);
   EXPECT_EQ(SettingsToJson(again), out);
 }
 
 TEST(ConfigJson, EveryFieldRoundTrips) {
-  Settings s = MustParse(MinimalConfig());
+  Settings s = MustLoad(MinimalConfig());
   s.model = "org/model";
   s.listen = {"0.0.0.0:1", "[::1]:2", "localhost:3", "127.0.0.1:4"};
   s.engines = {{"a", "http://[::1]:9", Role::kBoth, "engine-a"},
@@ -285,11 +285,11 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.engines.push_back(group);
   s.discovery = {{"10.96.0.10:53", "[fd00::a]:5353"}, 7.5, 1.5};
   s.membership = {false, 12, 0, 0};
-  ExpectSettingsEq(s, MustParse(SettingsToJson(s)));
+  ExpectSettingsEq(s, MustLoad(SettingsToJson(s)));
 }
 
 TEST(ConfigJson, SettingsToJsonListsEveryKey) {
-  const json out = SettingsToJson(MustParse(MinimalConfig()));
+  const json out = SettingsToJson(MustLoad(MinimalConfig()));
   EXPECT_FALSE(out.contains("engine_contract"));
   EXPECT_EQ(out["serving"].size(), 18u);
   EXPECT_EQ(out["engine"].size(), 6u);
@@ -306,48 +306,48 @@ TEST(ConfigJson, SettingsToJsonListsEveryKey) {
 
 TEST(ConfigHandoff, AgeLimitIsBelowTheLease) {
   // Default: 80% of the lease, capped by the request deadline.
-  EXPECT_EQ(MustParse(With("handoff", "lease_s", 10)).serving.handoff_timeout_s, 8.0);
+  EXPECT_EQ(MustLoad(With("handoff", "lease_s", 10)).serving.handoff_timeout_s, 8.0);
   json short_deadline = With("serving", "request_timeout_s", 5);
   short_deadline["serving"]["prefill_timeout_s"] = 5;
-  EXPECT_EQ(MustParse(short_deadline).serving.handoff_timeout_s, 5.0);
+  EXPECT_EQ(MustLoad(short_deadline).serving.handoff_timeout_s, 5.0);
   // Explicit: below the lease, or refused.
-  EXPECT_EQ(MustParse(With("serving", "handoff_timeout_s", 29.5)).serving.handoff_timeout_s, 29.5);
+  EXPECT_EQ(MustLoad(With("serving", "handoff_timeout_s", 29.5)).serving.handoff_timeout_s, 29.5);
   for (double age : {30.0, 45.0}) {
-    const std::string error = ErrorOf(With("serving", "handoff_timeout_s", age));
+    const std::string error = LoadErrorOf(With("serving", "handoff_timeout_s", age));
     EXPECT_CONTAINS(error, "serving.handoff_timeout_s");
     EXPECT_CONTAINS(error, "must be < handoff.lease_s (30)");
   }
   json config = With("handoff", "lease_s", 60);
   config["serving"]["handoff_timeout_s"] = 45;
-  EXPECT_EQ(MustParse(config).serving.handoff_timeout_s, 45.0);
-  EXPECT_CONTAINS(ErrorOf(With("handoff", "lease_s", 0)), "handoff.lease_s");
+  EXPECT_EQ(MustLoad(config).serving.handoff_timeout_s, 45.0);
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "lease_s", 0)), "handoff.lease_s");
 }
 
 TEST(ConfigHandoff, ReleaseMechanismAndBounds) {
   for (const char* mode : {"pull", "reject", "off"}) {
-    EXPECT_EQ(MustParse(With("handoff", "release", mode)).handoff.release, mode);
+    EXPECT_EQ(MustLoad(With("handoff", "release", mode)).handoff.release, mode);
   }
-  EXPECT_CONTAINS(ErrorOf(With("handoff", "release", "abort")), "handoff.release");
-  EXPECT_EQ(MustParse(With("handoff", "release_max_inflight", 4)).handoff.release_max_inflight, 4);
-  EXPECT_CONTAINS(ErrorOf(With("handoff", "release_max_inflight", 0)),
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release", "abort")), "handoff.release");
+  EXPECT_EQ(MustLoad(With("handoff", "release_max_inflight", 4)).handoff.release_max_inflight, 4);
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_max_inflight", 0)),
                   "handoff.release_max_inflight");
-  EXPECT_EQ(MustParse(With("handoff", "release_timeout_s", 0.5)).handoff.release_timeout_s, 0.5);
-  EXPECT_CONTAINS(ErrorOf(With("handoff", "release_timeout_s", 0)), "handoff.release_timeout_s");
-  EXPECT_CONTAINS(ErrorOf(With("handoff", "release_timeout_s", 61)), "handoff.release_timeout_s");
+  EXPECT_EQ(MustLoad(With("handoff", "release_timeout_s", 0.5)).handoff.release_timeout_s, 0.5);
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_timeout_s", 0)), "handoff.release_timeout_s");
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_timeout_s", 61)), "handoff.release_timeout_s");
 }
 
 TEST(ConfigHandoff, RemoteHostPolicyAndEngineIds) {
   for (const char* policy : {"pass", "rewrite", "match"}) {
-    EXPECT_EQ(MustParse(With("handoff", "remote_host", policy)).handoff.remote_host, policy);
+    EXPECT_EQ(MustLoad(With("handoff", "remote_host", policy)).handoff.remote_host, policy);
   }
-  EXPECT_CONTAINS(ErrorOf(With("handoff", "remote_host", "Rewrite")), "handoff.remote_host");
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "remote_host", "Rewrite")), "handoff.remote_host");
   json config = MinimalConfig();
   config["engines"][0]["kv_engine_id"] = "4d2c0a8e_dp0";
-  EXPECT_EQ(MustParse(config).engines[0].kv_engine_id, "4d2c0a8e_dp0");
+  EXPECT_EQ(MustLoad(config).engines[0].kv_engine_id, "4d2c0a8e_dp0");
   config["engines"][0]["kv_engine_id"] = "";
-  EXPECT_CONTAINS(ErrorOf(config), "engines[0].kv_engine_id");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_engine_id");
   config["engines"][0]["kv_engine_id"] = 7;
-  EXPECT_CONTAINS(ErrorOf(config), "engines[0].kv_engine_id");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_engine_id");
 }
 
 // ---------------------------------------------------------------------------
@@ -395,7 +395,7 @@ TEST(ConfigSyntax, HostileInputGivesShortPrintableErrors) {
   // Values are shown JSON-escaped.
   json config = MinimalConfig();
   config["engines"][1]["iid"] = "a\nb\x01";
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "engines[1].iid must contain only [A-Za-z0-9._-] (got \"a\\nb\\u0001\")");
 }
 
@@ -419,7 +419,7 @@ TEST(ConfigSyntax, AllErrorsAreReportedJoined) {
   json config = MinimalConfig();
   config["serving"]["max_attempts"] = 9;
   config["recovery"]["eject_after"] = 0;
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_CONTAINS(message,
                   "serving.max_attempts must be between 1 and 3 (got 9); "
                   "recovery.eject_after must be >= 1 (got 0)");
@@ -428,7 +428,7 @@ TEST(ConfigSyntax, AllErrorsAreReportedJoined) {
 TEST(ConfigSyntax, ManyErrorsAreCapped) {
   json config = MinimalConfig();
   for (int i = 0; i < 30; ++i) config["serving"]["unknown" + std::to_string(100 + i)] = 1;
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_CONTAINS(message, "(10 more errors)");
 }
 
@@ -436,18 +436,18 @@ TEST(ConfigSyntax, ManyErrorsAreCapped) {
 // Unknown keys and annotations.
 
 TEST(ConfigUnknownKeys, RejectedInEverySection) {
-  EXPECT_CONTAINS(ErrorOf(With("", "modle", "m")), "config: modle: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempt", 2)), "serving.max_attempt: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "https", "a:1")), "listen.https: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("admin", "token", "x")), "admin.token: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("engine", "api_key", "x")), "engine.api_key: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("recovery", "readmit_every", 1)),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "modle", "m")), "config: modle: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempt", 2)), "serving.max_attempt: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "https", "a:1")), "listen.https: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("admin", "token", "x")), "admin.token: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("engine", "api_key", "x")), "engine.api_key: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("recovery", "readmit_every", 1)),
                   "recovery.readmit_every: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"image", "x"}})),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"image", "x"}})),
                   "engine_contract.image: unknown key");
   json config = MinimalConfig();
   config["engines"][1]["pin"] = false;
-  EXPECT_CONTAINS(ErrorOf(config), "engines[1].pin: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].pin: unknown key");
 }
 
 TEST(ConfigUnknownKeys, AnnotationsIgnoredAtEveryLevel) {
@@ -458,34 +458,34 @@ TEST(ConfigUnknownKeys, AnnotationsIgnoredAtEveryLevel) {
     config[section]["_why"] = 1;
   }
   config["engine_contract"] = {{"vllm_version", "v"}, {"_source", "ops"}};
-  MustParse(config);
+  MustLoad(config);
 }
 
 // ---------------------------------------------------------------------------
 // Types.
 
 TEST(ConfigTypes, StringsMustBeStrings) {
-  EXPECT_CONTAINS(ErrorOf(With("", "model", 7)), "config: model must be a string (got integer)");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "http", 8000)), "listen.http must be a string");
-  EXPECT_CONTAINS(ErrorOf(With("engine", "connector", nullptr)),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "model", 7)), "config: model must be a string (got integer)");
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "http", 8000)), "listen.http must be a string");
+  EXPECT_CONTAINS(LoadErrorOf(With("engine", "connector", nullptr)),
                   "engine.connector must be a string (got null)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "api_key_env", false)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "api_key_env", false)),
                   "serving.api_key_env must be a string (got boolean)");
   json config = MinimalConfig();
   config["engines"][0]["role"] = 1;
-  EXPECT_CONTAINS(ErrorOf(config), "engines[0].role must be a string");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].role must be a string");
 }
 
 TEST(ConfigTypes, IntegersMustBeIntegers) {
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", 2.5)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempts", 2.5)),
                   "serving.max_attempts must be an integer (got number 2.5)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", 3.0)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempts", 3.0)),
                   "serving.max_attempts must be an integer (got number 3.0)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", "2")),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempts", "2")),
                   "serving.max_attempts must be an integer (got string \"2\")");
-  EXPECT_CONTAINS(ErrorOf(With("recovery", "liveness_misses", true)),
+  EXPECT_CONTAINS(LoadErrorOf(With("recovery", "liveness_misses", true)),
                   "recovery.liveness_misses must be an integer (got boolean true)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_request_bytes", 1e6)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_request_bytes", 1e6)),
                   "serving.max_request_bytes must be an integer");
 }
 
@@ -496,39 +496,39 @@ TEST(ConfigTypes, HugeIntegersAreOutOfRange) {
   EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"}],
                             "serving": {"max_inflight": 99999999999999999999}})"),
                   "serving.max_inflight must be an integer");
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract",
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract",
                                {{"vllm_version", "v"}, {"max_model_len", 18446744073709551615u}})),
                   "engine_contract.max_model_len must be <= 2147483647 (got 18446744073709551615)");
 }
 
 TEST(ConfigTypes, DurationsMustBeNumbers) {
-  EXPECT_CONTAINS(ErrorOf(With("serving", "request_timeout_s", "600")),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "request_timeout_s", "600")),
                   "serving.request_timeout_s must be a number of seconds (got string)");
-  EXPECT_CONTAINS(ErrorOf(With("engine", "first_token_timeout_s", true)),
+  EXPECT_CONTAINS(LoadErrorOf(With("engine", "first_token_timeout_s", true)),
                   "engine.first_token_timeout_s must be a number of seconds (got boolean)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "retry_replenish", "0.1")),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "retry_replenish", "0.1")),
                   "serving.retry_replenish must be a number (got string)");
   // Integers are fine for durations.
-  EXPECT_EQ(MustParse(With("engine", "connect_timeout_s", 3)).engine.connect_timeout_s, 3.0);
+  EXPECT_EQ(MustLoad(With("engine", "connect_timeout_s", 3)).engine.connect_timeout_s, 3.0);
 }
 
 TEST(ConfigTypes, DurationsMustBeFiniteAndBounded) {
-  EXPECT_CONTAINS(ErrorOf(With("recovery", "readmit_interval_s", 1e308)),
+  EXPECT_CONTAINS(LoadErrorOf(With("recovery", "readmit_interval_s", 1e308)),
                   "recovery.readmit_interval_s must be <= 10000000 (got 1e+308)");
   // nlohmann refuses numbers beyond a double while parsing.
   EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"}],
                             "serving": {"graceful_timeout_s": 1e999}})"),
                   "config: invalid JSON: number overflow parsing '1e999'");
-  EXPECT_EQ(MustParse(With("recovery", "failure_quarantine_s", 1e7)).recovery.failure_quarantine_s,
+  EXPECT_EQ(MustLoad(With("recovery", "failure_quarantine_s", 1e7)).recovery.failure_quarantine_s,
             1e7);
 }
 
 TEST(ConfigTypes, SectionsMustBeObjects) {
-  EXPECT_CONTAINS(ErrorOf(With("", "serving", json::array())),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "serving", json::array())),
                   "serving must be an object (got array)");
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", nullptr)),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", nullptr)),
                   "engine_contract must be an object (got null)");
-  EXPECT_CONTAINS(ErrorOf(With("", "listen", "127.0.0.1:1")), "listen must be an object");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "listen", "127.0.0.1:1")), "listen must be an object");
 }
 
 // ---------------------------------------------------------------------------
@@ -537,57 +537,57 @@ TEST(ConfigTypes, SectionsMustBeObjects) {
 TEST(ConfigRequired, ModelRequired) {
   json config = MinimalConfig();
   config.erase("model");
-  EXPECT_CONTAINS(ErrorOf(config), "config: model is required");
-  EXPECT_CONTAINS(ErrorOf(With("", "model", "")), "model must not be empty");
+  EXPECT_CONTAINS(LoadErrorOf(config), "config: model is required");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "model", "")), "model must not be empty");
 }
 
 TEST(ConfigRequired, EnginesRequiredNonEmptyArray) {
   json config = MinimalConfig();
   config.erase("engines");
-  EXPECT_CONTAINS(ErrorOf(config), "engines is required");
-  EXPECT_CONTAINS(ErrorOf(With("", "engines", json::array())), "engines must not be empty");
-  EXPECT_CONTAINS(ErrorOf(With("", "engines", json::object())),
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines is required");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engines", json::array())), "engines must not be empty");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engines", json::object())),
                   "engines must be an array (got object)");
-  EXPECT_CONTAINS(ErrorOf(With("", "engines", {"http://h:1"})),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engines", {"http://h:1"})),
                   "engines[0] must be an object (got string)");
 }
 
 TEST(ConfigRequired, EngineIidRequiredNonEmpty) {
   json config = MinimalConfig();
   config["engines"][1].erase("iid");
-  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid is required");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].iid is required");
   config["engines"][1]["iid"] = "";
-  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must not be empty");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].iid must not be empty");
   config["engines"][1]["iid"] = "d 0";
-  EXPECT_CONTAINS(ErrorOf(config), "engines[1].iid must contain only [A-Za-z0-9._-] (got \"d 0\")");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].iid must contain only [A-Za-z0-9._-] (got \"d 0\")");
 }
 
 TEST(ConfigRequired, EngineIidUnique) {
   json config = MinimalConfig();
   config["engines"].push_back({{"iid", "p0"}, {"url", "http://h:3"}});
-  EXPECT_CONTAINS(ErrorOf(config), "engines[2].iid \"p0\" is a duplicate of engines[0].iid");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[2].iid \"p0\" is a duplicate of engines[0].iid");
 }
 
 TEST(ConfigRequired, EngineUrlRequired) {
   json config = MinimalConfig();
   config["engines"][0].erase("url");
-  EXPECT_CONTAINS(ErrorOf(config), "engines[0].url is required");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].url is required");
 }
 
 TEST(ConfigRequired, ContractVllmVersionRequired) {
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"connector", "NixlConnector"}})),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"connector", "NixlConnector"}})),
                   "engine_contract.vllm_version is required");
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", ""}})),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"vllm_version", ""}})),
                   "engine_contract.vllm_version must not be empty");
 }
 
 TEST(ConfigRequired, ContractOptionalFieldsNonEmpty) {
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"model", ""}})),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"model", ""}})),
                   "engine_contract.model must not be empty");
   EXPECT_CONTAINS(
-      ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"system_fingerprint", ""}})),
+      LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"system_fingerprint", ""}})),
       "engine_contract.system_fingerprint must not be empty");
-  EXPECT_CONTAINS(ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", ""}})),
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", ""}})),
                   "engine_contract.connector must not be empty");
 }
 
@@ -597,13 +597,13 @@ TEST(ConfigRequired, ContractOptionalFieldsNonEmpty) {
 std::string UrlError(const std::string& url) {
   json config = MinimalConfig();
   config["engines"][0]["url"] = url;
-  return ErrorOf(config);
+  return LoadErrorOf(config);
 }
 
 std::string ParsedUrl(const std::string& url) {
   json config = MinimalConfig();
   config["engines"][0]["url"] = url;
-  return MustParse(config).engines[0].url;
+  return MustLoad(config).engines[0].url;
 }
 
 TEST(ConfigEngineUrl, HttpsNotSupported) {
@@ -654,13 +654,13 @@ TEST(ConfigEngineUrl, HostnameAndIpv6Accepted) {
 TEST(ConfigRoles, RoleMustBeKnown) {
   json config = MinimalConfig();
   config["engines"][0]["role"] = "producer";
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "engines[0].role must be one of \"prefill\", \"decode\", \"both\" (got "
                   "\"producer\")");
 }
 
 TEST(ConfigRoles, RoleDefaultsToBoth) {
-  const Settings s = MustParse(With("", "engines", {{{"iid", "x"}, {"url", "http://h:1"}}}));
+  const Settings s = MustLoad(With("", "engines", {{{"iid", "x"}, {"url", "http://h:1"}}}));
   ASSERT_EQ(s.engines.size(), 1u);
   EXPECT_EQ(s.engines[0].role, Role::kBoth);
 }
@@ -668,7 +668,7 @@ TEST(ConfigRoles, RoleDefaultsToBoth) {
 TEST(ConfigRoles, FleetNeedsADecodeEngine) {
   json config = MinimalConfig();
   config["engines"][1]["role"] = "prefill";
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_CONTAINS(message, "engines: no engine can serve the decode role");
   EXPECT_EQ(message.find("prefill role"), std::string::npos) << message;
 }
@@ -676,14 +676,14 @@ TEST(ConfigRoles, FleetNeedsADecodeEngine) {
 TEST(ConfigRoles, FleetNeedsAPrefillEngine) {
   json config = MinimalConfig();
   config["engines"][0]["role"] = "decode";
-  EXPECT_CONTAINS(ErrorOf(config), "engines: no engine can serve the prefill role");
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines: no engine can serve the prefill role");
 }
 
 TEST(ConfigRoles, OneBothEngineServesBothLegs) {
   json config = MinimalConfig();
   config["engines"][0]["role"] = "both";
   config["engines"][1]["role"] = "both";
-  MustParse(config);
+  MustLoad(config);
 }
 
 // ---------------------------------------------------------------------------
@@ -692,24 +692,24 @@ TEST(ConfigRoles, OneBothEngineServesBothLegs) {
 TEST(ConfigListen, AcceptsHostPortForms) {
   json config = MinimalConfig();
   config["listen"] = {{"http", "0.0.0.0:0"}, {"grpc", "localhost:65535"}, {"admin", "[::1]:80"}};
-  const Settings s = MustParse(config);
+  const Settings s = MustLoad(config);
   EXPECT_EQ(s.listen.http, "0.0.0.0:0");
   EXPECT_EQ(s.listen.grpc, "localhost:65535");
   EXPECT_EQ(s.listen.admin, "[::1]:80");
 }
 
 TEST(ConfigListen, MustBeHostPort) {
-  EXPECT_CONTAINS(ErrorOf(With("listen", "http", "8000")),
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "http", "8000")),
                   "listen.http must be HOST:PORT: missing :PORT (got \"8000\")");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "grpc", "h:65536")),
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "grpc", "h:65536")),
                   "listen.grpc must be HOST:PORT: PORT must be 0..65535");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "admin", ":50052")),
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "admin", ":50052")),
                   "listen.admin must be HOST:PORT: missing host");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "admin", "[::1:80")),
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "admin", "[::1:80")),
                   "listen.admin must be HOST:PORT: unterminated [IPv6] host");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "admin", "[zz]:80")),
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "admin", "[zz]:80")),
                   "listen.admin must be HOST:PORT: invalid IPv6 address");
-  EXPECT_CONTAINS(ErrorOf(With("listen", "http", "http://h:1")), "listen.http must be HOST:PORT");
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "http", "http://h:1")), "listen.http must be HOST:PORT");
 }
 
 // ---------------------------------------------------------------------------
@@ -735,7 +735,7 @@ TEST_P(ConfigRange, Rejected) {
   json config = MinimalConfig();
   if (c.section == "engine_contract") config["engine_contract"]["vllm_version"] = "v";
   config[c.section][c.key] = c.value;
-  EXPECT_CONTAINS(ErrorOf(config), c.section + "." + c.key + " " + c.message);
+  EXPECT_CONTAINS(LoadErrorOf(config), c.section + "." + c.key + " " + c.message);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -847,7 +847,7 @@ TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
                         {"liveness_interval_s", 0},
                         {"liveness_misses", 1}};
   config["engine_contract"] = {{"vllm_version", "v"}, {"max_model_len", 1}};
-  const Settings s = MustParse(config);
+  const Settings s = MustLoad(config);
   EXPECT_EQ(s.serving.max_attempts, 3);
   EXPECT_EQ(s.serving.max_request_bytes, 1073741824);
   EXPECT_EQ(s.serving.api_key_env, "_K1");
@@ -865,7 +865,7 @@ TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
   config["serving"]["max_headers"] = 1;
   config["serving"]["header_timeout_s"] = 0.001;
   config["serving"]["keepalive_timeout_s"] = 0.001;
-  const Settings low = MustParse(config);
+  const Settings low = MustLoad(config);
   EXPECT_EQ(low.serving.max_connections, 1);
   EXPECT_EQ(low.serving.header_timeout_s, 0.001);
 }
@@ -876,12 +876,12 @@ TEST(ConfigRangeEdges, BoundaryValuesAccepted) {
 TEST(ConfigCrossField, PrefillTimeoutAtMostRequestTimeout) {
   json config = MinimalConfig();
   config["serving"] = {{"request_timeout_s", 60}, {"prefill_timeout_s", 61}};
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "serving.prefill_timeout_s must be <= serving.request_timeout_s (60) (got 61)");
 }
 
 TEST(ConfigCrossField, DefaultPrefillTimeoutChecksAgainstShortRequestTimeout) {
-  EXPECT_CONTAINS(ErrorOf(With("serving", "request_timeout_s", 30)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "request_timeout_s", 30)),
                   "serving.prefill_timeout_s must be <= serving.request_timeout_s (30) (got 120)");
 }
 
@@ -889,7 +889,7 @@ TEST(ConfigCrossField, HandoffTimeoutAtMostRequestTimeout) {
   json config = MinimalConfig();
   config["serving"] = {
       {"request_timeout_s", 60}, {"prefill_timeout_s", 10}, {"handoff_timeout_s", 60.5}};
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "serving.handoff_timeout_s must be <= serving.request_timeout_s (60) "
                   "(got 60.5)");
 }
@@ -897,9 +897,9 @@ TEST(ConfigCrossField, HandoffTimeoutAtMostRequestTimeout) {
 TEST(ConfigCrossField, RetryCapAtLeastRetryBase) {
   json config = MinimalConfig();
   config["serving"] = {{"retry_base_s", 0.5}, {"retry_cap_s", 0.25}};
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "serving.retry_cap_s must be >= serving.retry_base_s (0.5) (got 0.25)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "retry_base_s", 2)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "retry_base_s", 2)),
                   "serving.retry_cap_s must be >= serving.retry_base_s (2) (got 1)");
 }
 
@@ -907,25 +907,25 @@ TEST(ConfigCrossField, FirstTokenTimeoutAtMostRequestTimeout) {
   json config = MinimalConfig();
   config["serving"] = {{"request_timeout_s", 5}, {"prefill_timeout_s", 5}};
   config["engine"] = {{"first_token_timeout_s", 6}};
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "engine.first_token_timeout_s must be <= serving.request_timeout_s (5) (got 6)");
 }
 
 TEST(ConfigCrossField, WholeWaveRequiresLiveness) {
   json config = MinimalConfig();
   config["recovery"] = {{"engine_restart_policy", "whole_wave"}, {"liveness_interval_s", 0}};
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "recovery.engine_restart_policy \"whole_wave\" requires "
                   "recovery.liveness_interval_s > 0");
   config["recovery"]["liveness_interval_s"] = 1;
-  EXPECT_EQ(MustParse(config).recovery.engine_restart_policy, RestartPolicy::kWholeWave);
+  EXPECT_EQ(MustLoad(config).recovery.engine_restart_policy, RestartPolicy::kWholeWave);
 }
 
 TEST(ConfigCrossField, SkippedWhenOneSideIsInvalid) {
   json config = MinimalConfig();
   config["serving"] = {{"request_timeout_s", -1}};
   config["engine"] = {{"first_token_timeout_s", 9999}};
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_CONTAINS(message, "serving.request_timeout_s must be > 0");
   EXPECT_EQ(message.find("prefill_timeout_s"), std::string::npos) << message;
   EXPECT_EQ(message.find("first_token_timeout_s"), std::string::npos) << message;
@@ -939,7 +939,7 @@ TEST(ConfigEnvNames, EmptyOrIdentifierAccepted) {
   config["serving"]["api_key_env"] = "NARWHAL_API_KEY";
   config["admin"]["token_env"] = "";
   config["engine"]["api_key_env"] = "engine_key_2";
-  const Settings s = MustParse(config);
+  const Settings s = MustLoad(config);
   EXPECT_EQ(s.serving.api_key_env, "NARWHAL_API_KEY");
   EXPECT_EQ(s.admin.token_env, "");
   EXPECT_EQ(s.engine.api_key_env, "engine_key_2");
@@ -1001,17 +1001,17 @@ TEST(ConfigFile, ValidFileLoads) {
 // camelCase names, null, quoted and 3.0 integers and "NaN".
 
 TEST(ConfigStrict, ProtobufLeniencyIsRejected) {
-  EXPECT_CONTAINS(ErrorOf(With("serving", "maxAttempts", 2)), "serving.maxAttempts: unknown key");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_attempts", nullptr)),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "maxAttempts", 2)), "serving.maxAttempts: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempts", nullptr)),
                   "serving.max_attempts must be an integer (got null)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "max_inflight", "100")),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_inflight", "100")),
                   "serving.max_inflight must be an integer (got string \"100\")");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "request_timeout_s", "NaN")),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "request_timeout_s", "NaN")),
                   "serving.request_timeout_s must be a number of seconds (got string)");
-  EXPECT_CONTAINS(ErrorOf(With("serving", "retry_budget", "Infinity")),
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "retry_budget", "Infinity")),
                   "serving.retry_budget must be a number (got string)");
-  EXPECT_CONTAINS(ErrorOf(With("", "model", nullptr)), "model must be a string (got null)");
-  EXPECT_CONTAINS(ErrorOf(With("", "engines", nullptr)), "engines must be an array (got null)");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "model", nullptr)), "model must be a string (got null)");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "engines", nullptr)), "engines must be an array (got null)");
 }
 
 TEST(ConfigStrict, SchemaAndValueErrorsAreReportedTogetherBySection) {
@@ -1020,7 +1020,7 @@ TEST(ConfigStrict, SchemaAndValueErrorsAreReportedTogetherBySection) {
   config["serving"]["max_attempts"] = "2";
   config["serving"]["max_inflight"] = 0;
   config["listen"]["http"] = 1;
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_CONTAINS(message,
                   "config: listen.http must be a string (got integer); "
                   "serving.max_attempts must be an integer (got string \"2\"); "
@@ -1034,12 +1034,12 @@ TEST(ConfigStrict, InvalidKeyAddsNoSecondMessage) {
   json config = MinimalConfig();
   config["serving"] = {{"request_timeout_s", "x"}, {"prefill_timeout_s", 9999}};
   config["engine"] = {{"first_token_timeout_s", 9999}};
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_EQ(message, "config: serving.request_timeout_s must be a number of seconds (got string)");
   config = MinimalConfig();
   config["engines"][0]["role"] = 7;
   config["engines"][1].erase("url");
-  EXPECT_EQ(ErrorOf(config),
+  EXPECT_EQ(LoadErrorOf(config),
             "config: engines[0].role must be a string (got integer); engines[1].url is required "
             "(or engines[1].dns with engines[1].port)");
 }
@@ -1050,42 +1050,42 @@ TEST(ConfigStrict, InvalidKeyAddsNoSecondMessage) {
 TEST(ConfigEngineIdentity, DuplicateUrlsRejectedAfterNormalization) {
   json config = MinimalConfig();
   config["engines"][1]["url"] = "http://127.0.0.1:8100/";
-  EXPECT_CONTAINS(ErrorOf(config),
+  EXPECT_CONTAINS(LoadErrorOf(config),
                   "engines[1].url \"http://127.0.0.1:8100\" is a duplicate of engines[0].url");
   config["engines"] = {{{"iid", "a"}, {"url", "http://Engine-0:80"}},
                        {{"iid", "b"}, {"url", "http://engine-0:080/"}},
                        {{"iid", "c"}, {"url", "http://engine-0:81"}}};
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_CONTAINS(message,
                   "engines[1].url \"http://engine-0:080\" is a duplicate of engines[0].url");
   EXPECT_EQ(message.find("engines[2]"), std::string::npos) << message;
   // Same host, different ports: two engines.
   config["engines"].erase(1);
-  EXPECT_EQ(MustParse(config).engines.size(), 2u);
+  EXPECT_EQ(MustLoad(config).engines.size(), 2u);
 }
 
 TEST(ConfigEngineIdentity, ConnectorMustBeKnown) {
-  EXPECT_CONTAINS(ErrorOf(With("engine", "connector", "LMCacheConnectorV1")),
+  EXPECT_CONTAINS(LoadErrorOf(With("engine", "connector", "LMCacheConnectorV1")),
                   "engine.connector must be one of \"NixlConnector\" (got \"LMCacheConnectorV1\")");
   EXPECT_CONTAINS(
-      ErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", "nixl"}})),
+      LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", "nixl"}})),
       "engine_contract.connector must be one of \"NixlConnector\" (got \"nixl\")");
-  EXPECT_EQ(MustParse(With("engine", "connector", "NixlConnector")).engine.connector,
+  EXPECT_EQ(MustLoad(With("engine", "connector", "NixlConnector")).engine.connector,
             "NixlConnector");
 }
 
 TEST(ConfigEngineIdentity, IidIsBounded) {
   json config = MinimalConfig();
   config["engines"][0]["iid"] = std::string(1 << 20, 'p');
-  const std::string message = ErrorOf(config);
+  const std::string message = LoadErrorOf(config);
   EXPECT_EQ(message, "config: engines[0].iid must be at most 64 characters (got 1048576)");
   config["engines"][0]["iid"] = std::string(64, 'p');
-  EXPECT_EQ(MustParse(config).engines[0].iid, std::string(64, 'p'));
+  EXPECT_EQ(MustLoad(config).engines[0].iid, std::string(64, 'p'));
   config["engines"][0]["iid"] = "prefill-0.rack_7";
-  EXPECT_EQ(MustParse(config).engines[0].iid, "prefill-0.rack_7");
+  EXPECT_EQ(MustLoad(config).engines[0].iid, "prefill-0.rack_7");
   for (const char* bad : {"p/0", "p:0", "p0\xc3\xa9", "p\"0", "p\\0"}) {
     config["engines"][0]["iid"] = bad;
-    EXPECT_CONTAINS(ErrorOf(config), "engines[0].iid must contain only [A-Za-z0-9._-]");
+    EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].iid must contain only [A-Za-z0-9._-]");
   }
 }
 
@@ -1104,7 +1104,7 @@ TEST(ConfigEngineIdentity, CredentialsAreRejectedAndNeverPrinted) {
   }
   EXPECT_CONTAINS(UrlError("http://admin:s3cr3t@10.0.0.1:8000"),
                   "(got \"http://***@10.0.0.1:8000\")");
-  const std::string listen = ErrorOf(With("listen", "admin", "ops:s3cr3t@127.0.0.1:1"));
+  const std::string listen = LoadErrorOf(With("listen", "admin", "ops:s3cr3t@127.0.0.1:1"));
   EXPECT_CONTAINS(listen,
                   "listen.admin must be HOST:PORT: credentials are not allowed (got "
                   "\"***@127.0.0.1:1\")");
@@ -1158,11 +1158,11 @@ json ManyEngines(int count) {
 }
 
 TEST(ConfigResourceBounds, AtMost1024Engines) {
-  const Settings s = MustParse(With("", "engines", ManyEngines(1024)));
+  const Settings s = MustLoad(With("", "engines", ManyEngines(1024)));
   ASSERT_EQ(s.engines.size(), 1024u);
   router::RealClock clock;
   router::Fleet fleet(s, clock, nullptr);  // per-engine state for all of them
-  EXPECT_EQ(ErrorOf(With("", "engines", ManyEngines(1025))),
+  EXPECT_EQ(LoadErrorOf(With("", "engines", ManyEngines(1025))),
             "config: engines must have at most 1024 entries (got 1025)");
 }
 
@@ -1191,7 +1191,7 @@ TEST(ConfigResourceBounds, MaximumValuesStartAndServe) {
                         {"readmit_interval_s", 1e7},
                         {"liveness_interval_s", 1e7},
                         {"liveness_misses", INT_MAX}};
-  const Settings s = MustParse(config);
+  const Settings s = MustLoad(config);
 
   engines::IoLoops loops(s.serving.io_threads);
   EXPECT_EQ(loops.size(), 64);
@@ -1241,7 +1241,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
       {{"iid", "g"}, {"dns", "g.svc"}, {"port", 80}, {"kv_engine_id", "engine-g"}});
   config["listen"] = {{"health", "127.0.0.1:8081"}};
   config["discovery"] = {{"dns_servers", {"127.0.0.1:53"}}};
-  Settings s = MustParse(config);
+  Settings s = MustLoad(config);
   const config::v1::FleetConfig proto = SettingsToProto(s);
   // Every field of every message is present; an engine has its url or its
   // dns and port.
@@ -1283,7 +1283,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
 }
 
 TEST(ConfigSchema, StructFormEqualsJsonForm) {
-  const Settings s = MustParse(With("recovery", "failure_quarantine_s", 7.5));
+  const Settings s = MustLoad(With("recovery", "failure_quarantine_s", 7.5));
   google::protobuf::Struct config;
   ASSERT_TRUE(SettingsToStruct(s, &config).ok());
   std::string text;

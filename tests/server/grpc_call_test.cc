@@ -42,7 +42,7 @@ narwhal::v1::GenerateRequest Prompt(const std::string& text) {
   return r;
 }
 
-router::Settings TestSettings() {
+router::Settings CallSettings() {
   router::Settings s;
   s.model = "m";
   s.serving.max_request_bytes = 1024;
@@ -73,7 +73,7 @@ TEST(GrpcCallTest, DecodesWithinTheLimitAndSaysWhyNot) {
   const GrpcCall large = DecodeGrpcCall(Message(big), false, 1024);
   EXPECT_FALSE(large.decoded);
   EXPECT_EQ(large.error.reason, router::Reason::kTooLarge);
-  const DoorBody large_body = GrpcDoorBody(large, false, TestSettings());
+  const DoorBody large_body = GrpcDoorBody(large, false, CallSettings());
   ASSERT_TRUE(large_body.refusal.has_value());
   EXPECT_EQ(large_body.refusal->reason, router::Reason::kTooLarge);
   EXPECT_EQ(large_body.refusal->message,
@@ -83,14 +83,14 @@ TEST(GrpcCallTest, DecodesWithinTheLimitAndSaysWhyNot) {
   const GrpcCall garbage = DecodeGrpcCall(Bytes("\xff\xff\xff"), false, 1024);
   EXPECT_FALSE(garbage.decoded);
   EXPECT_EQ(garbage.error.reason, router::Reason::kMalformedMessage);
-  const DoorBody garbage_body = GrpcDoorBody(garbage, false, TestSettings());
+  const DoorBody garbage_body = GrpcDoorBody(garbage, false, CallSettings());
   ASSERT_TRUE(garbage_body.refusal.has_value());
   EXPECT_EQ(garbage_body.refusal->reason, router::Reason::kMalformedMessage);
   EXPECT_EQ(garbage_body.refusal->message,
             "request message is not valid protobuf (malformed or truncated)");
 
   // A client that left before its message arrived sent nothing wrong.
-  const DoorBody gone = GrpcDoorBody(garbage, /*client_gone=*/true, TestSettings());
+  const DoorBody gone = GrpcDoorBody(garbage, /*client_gone=*/true, CallSettings());
   ASSERT_TRUE(gone.refusal.has_value());
   EXPECT_EQ(gone.refusal->reason, router::Reason::kCancelled);
   EXPECT_EQ(gone.refusal->message, "client went away before its request arrived");
@@ -141,7 +141,7 @@ TEST(GrpcCallTest, TheMessagesRequestIdWinsEvenWhenItIsDropped) {
 }
 
 TEST(GrpcCallTest, BodyIsTranslatedAndValidated) {
-  const router::Settings settings = TestSettings();
+  const router::Settings settings = CallSettings();
   const DoorBody streamed =
       GrpcDoorBody(DecodeGrpcCall(Message(Prompt("hi")), true, 1024), false, settings);
   ASSERT_FALSE(streamed.refusal.has_value()) << streamed.refusal->message;
@@ -166,7 +166,7 @@ TEST(GrpcCallTest, BodyIsTranslatedAndValidated) {
 }
 
 TEST(GrpcCallTest, AdmittedAsARouterRequest) {
-  const router::Settings settings = TestSettings();
+  const router::Settings settings = CallSettings();
   narwhal::testing::FakeClock clock;
   CountingBook book;
   const RequestAdmission admission(settings, clock, "k", book);

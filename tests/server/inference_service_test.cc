@@ -27,7 +27,7 @@ namespace pb = narwhal::v1;
 using std::chrono_literals::operator""s;
 using std::chrono_literals::operator""ms;
 
-router::Settings TestSettings() {
+router::Settings ServiceSettings() {
   router::Settings s;
   s.model = "m";
   s.engines = {{"p0", "http://127.0.0.1:1", router::Role::kPrefill},
@@ -95,7 +95,7 @@ class InferenceServiceTest : public ::testing::Test {
     return info;
   }
 
-  router::Settings settings_ = TestSettings();
+  router::Settings settings_ = ServiceSettings();
   nt::FakeClock clock_;
   engines::IoLoops loops_{2};
   std::unique_ptr<nt::FakeEngineClient> fake_;

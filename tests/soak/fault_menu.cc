@@ -5,13 +5,13 @@ namespace {
 
 using json = nlohmann::json;
 
-int Uniform(std::mt19937_64& rng, int lo, int hi) {
+int UniformInt(std::mt19937_64& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
 template <typename T>
 T Pick(std::mt19937_64& rng, const std::vector<T>& options) {
-  return options[static_cast<size_t>(Uniform(rng, 0, static_cast<int>(options.size()) - 1))];
+  return options[static_cast<size_t>(UniformInt(rng, 0, static_cast<int>(options.size()) - 1))];
 }
 
 }  // namespace
@@ -28,7 +28,7 @@ const std::vector<std::string>& AllFaultKinds() {
 }
 
 json RandomFaultRule(const std::string& kind, std::mt19937_64& rng) {
-  json rule = {{"kind", kind}, {"times", Uniform(rng, 1, 4)}};
+  json rule = {{"kind", kind}, {"times", UniformInt(rng, 1, 4)}};
   // Kinds that shape a response of either leg run on either; stream kinds
   // on the decode leg (a prefill answer is one JSON body); descriptor kinds
   // on the prefill leg only.
@@ -39,7 +39,7 @@ json RandomFaultRule(const std::string& kind, std::mt19937_64& rng) {
     // Around the decode first-token budget (1.5 s) and under the prefill
     // bound (3 s): some legs only slow, others time out.
     rule["phase"] = any_phase;
-    rule["ms"] = Uniform(rng, 50, 2500);
+    rule["ms"] = UniformInt(rng, 50, 2500);
   } else if (kind == "http_status") {
     rule["phase"] = any_phase;
     rule["status"] = Pick<int>(rng, {400, 408, 429, 500, 502, 503});
@@ -48,18 +48,18 @@ json RandomFaultRule(const std::string& kind, std::mt19937_64& rng) {
     rule["phase"] = Pick<std::string>(rng, {"decode", "decode", "prefill"});
   } else if (kind == "metadata_then_silence") {
     rule["phase"] = "decode";
-    rule["chunks"] = Uniform(rng, 1, 3);
+    rule["chunks"] = UniformInt(rng, 1, 3);
   } else if (kind == "stall_after_tokens") {
     rule["phase"] = "decode";
-    rule["tokens"] = Uniform(rng, 1, 6);
+    rule["tokens"] = UniformInt(rng, 1, 6);
   } else if (kind == "close_before_done") {
     rule["phase"] = "decode";
-    rule["tokens"] = Uniform(rng, 0, 6);
+    rule["tokens"] = UniformInt(rng, 0, 6);
   } else if (kind == "done_before_token") {
     rule["phase"] = "decode";
   } else if (kind == "error_in_stream") {
     rule["phase"] = "decode";
-    rule["after_tokens"] = Uniform(rng, 0, 6);
+    rule["after_tokens"] = UniformInt(rng, 0, 6);
     rule["code"] = Pick<json>(rng, {json(500), json(502), json(503), json("overloaded")});
     rule["message"] = "soak injected stream error";
   } else if (kind == "slow_tokens") {
@@ -71,7 +71,7 @@ json RandomFaultRule(const std::string& kind, std::mt19937_64& rng) {
     // A token's text that is not valid Unicode (a raw byte, or a lone
     // surrogate escape): the router relays it repaired with U+FFFD.
     rule["phase"] = "decode";
-    rule["at_token"] = Uniform(rng, 0, 6);
+    rule["at_token"] = UniformInt(rng, 0, 6);
     rule["shape"] = Pick<std::string>(rng, {"raw_byte", "lone_surrogate"});
   } else {  // no_descriptor, descriptor_without_engine_id, malformed_block_ids
     rule["phase"] = "prefill";

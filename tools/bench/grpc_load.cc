@@ -24,9 +24,6 @@ using narwhal::v1::GenerateRequest;
 using narwhal::v1::GenerateResponse;
 using narwhal::v1::Inference;
 
-constexpr auto kFailureBackoff = std::chrono::milliseconds(20);
-constexpr auto kDrainLimit = std::chrono::seconds(10);
-constexpr auto kLagProbeInterval = std::chrono::milliseconds(10);
 
 std::chrono::system_clock::time_point WallDeadline(Clock::time_point at) {
   return std::chrono::system_clock::now() +

@@ -30,9 +30,6 @@ using Strand = net::strand<net::io_context::executor_type>;
 constexpr size_t kReadBuffer = 8192;
 constexpr size_t kMaxPrefillBody = 1 << 20;
 constexpr size_t kMaxErrorExcerpt = 300;
-constexpr auto kFailureBackoff = std::chrono::milliseconds(20);
-constexpr auto kLagProbeInterval = std::chrono::milliseconds(10);
-constexpr auto kDrainLimit = std::chrono::seconds(10);
 
 auto Await(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
 

@@ -12,10 +12,17 @@
 #ifndef NARWHAL_TOOLS_BENCH_LOAD_H_
 #define NARWHAL_TOOLS_BENCH_LOAD_H_
 
+#include <chrono>
+
 #include "tools/bench/options.h"
 #include "tools/bench/tally.h"
 
 namespace narwhal::bench {
+
+// The pacing both load engines share (see above).
+inline constexpr auto kFailureBackoff = std::chrono::milliseconds(20);
+inline constexpr auto kLagProbeInterval = std::chrono::milliseconds(10);
+inline constexpr auto kDrainLimit = std::chrono::seconds(10);
 
 struct RunResult {
   Tally tally;

@@ -64,14 +64,14 @@ constexpr std::string_view kStreamHead =
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
     "Connection: close\r\n\r\n";
 
-std::string Chunk(std::string_view data) {
+std::string ChunkFrame(std::string_view data) {
   char size[32];
   std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
   return size + std::string(data) + "\r\n";
 }
 
 std::string Event(std::string_view payload) {
-  return Chunk("data: " + std::string(payload) + "\n\n");
+  return ChunkFrame("data: " + std::string(payload) + "\n\n");
 }
 
 std::string TokenEvent(int index = 0, std::string_view text = "Paris") {
@@ -96,13 +96,13 @@ std::string ClientErrorJson(const EngineFailure& f) {
 }
 
 // A descriptor the contract accepts (engines/descriptor_contract.h).
-json ValidDescriptor() {
+json BoundsDescriptor() {
   return json{{"do_remote_prefill", true},    {"remote_engine_id", "p0"},
               {"remote_request_id", "rid-p-1a2b3c4d"}, {"remote_block_ids", json::array({1, 2})},
               {"remote_host", "127.0.0.1"},   {"remote_port", 1}};
 }
 
-class CountingObserver : public DecodeObserver {
+class BoundsObserver : public DecodeObserver {
  public:
   bool OnEvent(std::string_view, const StreamEvent& event) override {
     ++events;
@@ -147,11 +147,11 @@ class EngineResponseBoundsTest : public ::testing::Test {
     return out.failure.value_or(EngineFailure{});
   }
 
-  EngineFailure DecodeFailure(const RawEngine& engine, CountingObserver* observer = nullptr) {
-    CountingObserver local;
+  EngineFailure DecodeFailure(const RawEngine& engine, BoundsObserver* observer = nullptr) {
+    BoundsObserver local;
     const PrefillResult handoff(
         "p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p", "NixlConnector",
-        ValidDescriptor());
+        BoundsDescriptor());
     const DecodeOutcome out =
         sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), /*client_streams=*/true,
                       Leg(), observer != nullptr ? *observer : local);
@@ -159,10 +159,10 @@ class EngineResponseBoundsTest : public ::testing::Test {
     return out.failure.value_or(EngineFailure{});
   }
 
-  DecodeOutcome Decode(const RawEngine& engine, CountingObserver& observer) {
+  DecodeOutcome Decode(const RawEngine& engine, BoundsObserver& observer) {
     const PrefillResult handoff(
         "p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p", "NixlConnector",
-        ValidDescriptor());
+        BoundsDescriptor());
     return sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), true, Leg(),
                          observer);
   }
@@ -391,7 +391,7 @@ TEST_F(EngineResponseBoundsTest, TrailerFieldsCountTowardTheFieldBound) {
   RawEngine engine([&](RawEngine::Connection& c) {
     c.Send(std::string(kStreamHead) + TokenEvent() + "0\r\n" + trailer + "\r\n");
   });
-  CountingObserver observer;
+  BoundsObserver observer;
   const EngineFailure f = DecodeFailure(engine, &observer);
   ExpectBoundFailure(f, Phase::kDecode, "decode response has more than 100 header fields");
   EXPECT_EQ(observer.tokens, 1);
@@ -441,7 +441,7 @@ TEST_F(EngineResponseBoundsTest, PrefillChunkedBodyIsBoundedWhileItArrives) {
   RawEngine engine([&](RawEngine::Connection& c) {
     if (c.Send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                "Transfer-Encoding: chunked\r\n\r\n")) {
-      c.SendRepeated(Chunk(std::string(4096, ' ')), kHuge);
+      c.SendRepeated(ChunkFrame(std::string(4096, ' ')), kHuge);
     }
   });
   const EngineFailure f = PrefillFailure(engine);
@@ -454,7 +454,7 @@ TEST_F(EngineResponseBoundsTest, ControlBodyIsBounded) {
   RawEngine engine([&](RawEngine::Connection& c) {
     if (c.Send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                "Transfer-Encoding: chunked\r\n\r\n")) {
-      c.SendRepeated(Chunk(std::string(4096, ' ')), kHuge);
+      c.SendRepeated(ChunkFrame(std::string(4096, ' ')), kHuge);
     }
   });
   const ControlResponse r =
@@ -471,8 +471,8 @@ TEST_F(EngineResponseBoundsTest, SseEventIsBounded) {
   o.max_event_bytes = 1 << 20;
   StartClient(o);
   RawEngine engine([&](RawEngine::Connection& c) {
-    if (c.Send(std::string(kStreamHead) + TokenEvent() + Chunk("data: {\"x\":\""))) {
-      c.SendRepeated(Chunk(std::string(4096, 'a')), kHuge);
+    if (c.Send(std::string(kStreamHead) + TokenEvent() + ChunkFrame("data: {\"x\":\""))) {
+      c.SendRepeated(ChunkFrame(std::string(4096, 'a')), kHuge);
     }
   });
   const EngineFailure f = DecodeFailure(engine);
@@ -495,11 +495,11 @@ TEST_F(EngineResponseBoundsTest, B13_ByteDripInsideAnEventIsSilence) {
     const std::string partial = "data: {\"id\":\"c1\",\"object\":\"text_completion\"";
     for (int i = 0; i < 100; ++i) {
       std::this_thread::sleep_for(50ms);
-      if (!c.Send(Chunk(partial.substr(i % partial.size(), 1)))) return;
+      if (!c.Send(ChunkFrame(partial.substr(i % partial.size(), 1)))) return;
       ++dripped;
     }
   });
-  CountingObserver observer;
+  BoundsObserver observer;
   const auto started = std::chrono::steady_clock::now();
   const EngineFailure f = DecodeFailure(engine, &observer);
   const auto took = std::chrono::steady_clock::now() - started;
@@ -528,7 +528,7 @@ TEST_F(EngineResponseBoundsTest, DecodeChunkWithTooManyChoicesFailsTheLeg) {
   RawEngine engine([&](RawEngine::Connection& c) {
     c.Send(std::string(kStreamHead) + Event(json{{"choices", choices}}.dump()) + DoneAndEnd());
   });
-  CountingObserver observer;
+  BoundsObserver observer;
   const EngineFailure f = DecodeFailure(engine, &observer);
   ExpectBoundFailure(f, Phase::kDecode, "decode chunk carries 17 choices; at most 16 are accepted");
   EXPECT_EQ(observer.events, 0);  // the chunk reached nobody
@@ -543,7 +543,7 @@ TEST_F(EngineResponseBoundsTest, StrayChoiceIndexFailsTheLegBeforeTheRestArrives
     for (int i = 1; ok && i < 100000; ++i) ok = c.Send(TokenEvent(i, "x"));
     complete = ok && c.Send(DoneAndEnd());
   });
-  CountingObserver observer;
+  BoundsObserver observer;
   const EngineFailure f = DecodeFailure(engine, &observer);
   ExpectBoundFailure(f, Phase::kDecode,
                      "decode chunk has choice index 16; choice indexes must be in 0..15");
@@ -558,7 +558,7 @@ TEST_F(EngineResponseBoundsTest, ChoicesWithinTheBoundAreRelayed) {
   RawEngine engine([&](RawEngine::Connection& c) {
     c.Send(std::string(kStreamHead) + Event(json{{"choices", choices}}.dump()) + DoneAndEnd());
   });
-  CountingObserver observer;
+  BoundsObserver observer;
   const DecodeOutcome out = Decode(engine, observer);
   EXPECT_TRUE(out.ok()) << (out.failure ? out.failure->detail : "");
   EXPECT_EQ(observer.tokens, kMaxChoices);

@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-std::unique_ptr<SimProcess> StartSim(std::vector<std::string> args) {
+std::unique_ptr<SimProcess> StartRecomputeSim(std::vector<std::string> args) {
   auto sim = SimProcess::Start(std::move(args));
   EXPECT_TRUE(sim.ok()) << sim.status();
   return sim.ok() ? *std::move(sim) : nullptr;
@@ -75,10 +75,10 @@ Decoded Handoff(SimProcess& producer, SimProcess& consumer, const std::string& p
 }
 
 TEST(SimRecomputeTest, RecomputeFaultIgnoresTheHandoffAndCountsAFailedTransfer) {
-  auto producer = StartSim({"--engine-id", "p0", "--role", "prefill", "--kv-lease-s", "1"});
+  auto producer = StartRecomputeSim({"--engine-id", "p0", "--role", "prefill", "--kv-lease-s", "1"});
   // 2000 ms per 1000 prompt tokens: a 400-token prompt takes 800 ms here.
   auto consumer =
-      StartSim({"--engine-id", "d0", "--role", "decode", "--enable-prompt-tokens-details",
+      StartRecomputeSim({"--engine-id", "d0", "--role", "decode", "--enable-prompt-tokens-details",
                 "--prefill-ms-per-1k-tokens", "2000"});
   ASSERT_NE(producer, nullptr);
   ASSERT_NE(consumer, nullptr);
@@ -119,8 +119,8 @@ TEST(SimRecomputeTest, RecomputeFaultIgnoresTheHandoffAndCountsAFailedTransfer) 
 }
 
 TEST(SimRecomputeTest, WithoutPromptTokensDetailsUsageHasNoCachedTokens) {
-  auto producer = StartSim({"--engine-id", "p0", "--role", "prefill"});
-  auto consumer = StartSim({"--engine-id", "d0", "--role", "decode"});
+  auto producer = StartRecomputeSim({"--engine-id", "p0", "--role", "prefill"});
+  auto consumer = StartRecomputeSim({"--engine-id", "d0", "--role", "decode"});
   ASSERT_NE(producer, nullptr);
   ASSERT_NE(consumer, nullptr);
   const Decoded pulled = Handoff(*producer, *consumer, "hello there", "plain");

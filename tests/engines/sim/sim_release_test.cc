@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-std::unique_ptr<SimProcess> StartSim(std::vector<std::string> args) {
+std::unique_ptr<SimProcess> StartReleaseSim(std::vector<std::string> args) {
   auto sim = SimProcess::Start(std::move(args));
   EXPECT_TRUE(sim.ok()) << sim.status();
   return sim.ok() ? *std::move(sim) : nullptr;
@@ -33,8 +33,8 @@ json WithDescriptor(json body, const json& descriptor) {
 class SimReleaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    producer_ = StartSim({"--engine-id", "p0", "--role", "prefill"});
-    consumer_ = StartSim({"--engine-id", "d0", "--role", "decode"});
+    producer_ = StartReleaseSim({"--engine-id", "p0", "--role", "prefill"});
+    consumer_ = StartReleaseSim({"--engine-id", "d0", "--role", "decode"});
     ASSERT_NE(producer_, nullptr);
     ASSERT_NE(consumer_, nullptr);
   }

@@ -16,6 +16,7 @@
 #include "engines/api.h"
 #include "engines/engine_failure.h"
 #include "router/common/settings.h"
+#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 namespace {
@@ -29,9 +30,7 @@ const MonoTime kT0 = MonoTime() + std::chrono::hours(100);
 
 MonoTime At(double s) { return kT0 + engines::FromSeconds(s); }
 
-EngineSettings Engine(const std::string& iid, Role role) {
-  return EngineSettings{iid, "http://" + iid + ".test:8000", role};
-}
+using ::narwhal::testing::Engine;
 
 // `prefill` engines p0.. and `decode` engines d0.. (disaggregated roles).
 std::vector<EngineSettings> Engines(int prefill, int decode) {

@@ -33,7 +33,7 @@ engines::ControlResponse Status(int status, std::string body = "") {
   return r;
 }
 
-Settings Fleet(const std::vector<std::string>& iids) {
+Settings WaitFleet(const std::vector<std::string>& iids) {
   Settings s;
   s.model = "m";
   int port = 9000;
@@ -101,7 +101,7 @@ TEST(IsLoadingAnswerTest, RefusedAnd503AreLoadingOtherAnswersAreNot) {
 
 TEST_F(EngineWaitTest, ZeroTimeoutAsksNothing) {
   Loading("d0", 100, Refused());
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 0);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0"}), 0);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 0);
   EXPECT_TRUE(engines_.calls().empty());
@@ -109,7 +109,7 @@ TEST_F(EngineWaitTest, ZeroTimeoutAsksNothing) {
 }
 
 TEST_F(EngineWaitTest, HealthyFleetNeedsOneRoundAndNoSleep) {
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 1);
   EXPECT_TRUE(sleeps_.empty());
@@ -119,7 +119,7 @@ TEST_F(EngineWaitTest, HealthyFleetNeedsOneRoundAndNoSleep) {
 
 TEST_F(EngineWaitTest, RefusedEngineIsRetriedUntilItListens) {
   Loading("d0", 4.5, Refused());
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_TRUE(r.still_loading.empty());
   // Rounds at t = 0, 1, 2, 3, 4 see it refused; t = 5 sees it up.
@@ -133,7 +133,7 @@ TEST_F(EngineWaitTest, RefusedEngineIsRetriedUntilItListens) {
 
 TEST_F(EngineWaitTest, ModelListAnswering503KeepsWaiting) {
   Loading("p0", 2.5, Status(503), "/v1/models");
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 4);
   EXPECT_DOUBLE_EQ(r.waited_s, 3.0);
@@ -142,7 +142,7 @@ TEST_F(EngineWaitTest, ModelListAnswering503KeepsWaiting) {
 TEST_F(EngineWaitTest, TimeoutEndsTheWaitAndNamesTheEnginesStillLoading) {
   Loading("d0", 1000, Status(503), "/health");
   Loading("d1", 1000, Refused());
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0", "d1"}), 2.5);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0", "d1"}), 2.5);
   EXPECT_FALSE(r.settled);
   EXPECT_EQ(r.still_loading, (std::vector<std::string>{"d0", "d1"}));
   // Sleeps never pass the deadline: 1 + 1 + 0.5.
@@ -154,7 +154,7 @@ TEST_F(EngineWaitTest, TimeoutEndsTheWaitAndNamesTheEnginesStillLoading) {
 TEST_F(EngineWaitTest, ASignalDuringASleepEndsTheWait) {
   Loading("d0", 1000, Refused());
   stop_after_ = 2;
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.interrupted);
   EXPECT_FALSE(r.settled);
   EXPECT_EQ(sleeps_.size(), 2u);
@@ -165,7 +165,7 @@ TEST_F(EngineWaitTest, ASignalDuringASleepEndsTheWait) {
 TEST_F(EngineWaitTest, ARealFailureIsNotWaitedFor) {
   // A 500 is not "still loading": the preflight reports it at once.
   Loading("d0", 1000, Status(500), "/health");
-  const EngineWaitResult r = Wait(Fleet({"p0", "d0"}), 30);
+  const EngineWaitResult r = Wait(WaitFleet({"p0", "d0"}), 30);
   EXPECT_TRUE(r.settled);
   EXPECT_EQ(r.rounds, 1);
   EXPECT_TRUE(sleeps_.empty());

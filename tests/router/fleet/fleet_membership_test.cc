@@ -32,12 +32,12 @@ using engines::Phase;
 using json = nlohmann::json;
 
 constexpr double kFirstToken = 0.75;
-constexpr double kInterval = 2.0;
+constexpr double kReadmitInterval = 2.0;
 
 const MemberSource kFile{SourceKind::kFile, ""};
 const MemberSource kAdmin{SourceKind::kAdmin, ""};
 
-EngineSettings Engine(const std::string& iid, Role role, const std::string& host = "") {
+EngineSettings HostedEngine(const std::string& iid, Role role, const std::string& host = "") {
   return EngineSettings{iid, "http://" + (host.empty() ? iid : host) + ".test:8000", role};
 }
 
@@ -45,11 +45,11 @@ class FleetMembershipTest : public ::testing::Test {
  protected:
   FleetMembershipTest() : metrics_(registry_) {
     settings_.model = "m";
-    settings_.engines = {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode),
-                         Engine("d1", Role::kDecode)};
+    settings_.engines = {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
+                         HostedEngine("d1", Role::kDecode)};
     settings_.engine.first_token_timeout_s = kFirstToken;
     settings_.engine.health_timeout_s = 1;
-    settings_.recovery.readmit_interval_s = kInterval;
+    settings_.recovery.readmit_interval_s = kReadmitInterval;
     settings_.recovery.liveness_interval_s = 0;
     settings_.membership.drain_timeout_s = 30;
     settings_.membership.remember_s = 600;
@@ -126,7 +126,7 @@ TEST_F(FleetMembershipTest, B23_LeavingWarnsWhenNoOtherEngineOfTheRoleIsInPlacem
   EXPECT_EQ(log.find("was the last engine in placement"), std::string::npos) << log;
   // d1 is a member but ejected: when d2 (the only one serving) leaves, the
   // decode role is out of placement, though a decode member is left.
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   ASSERT_EQ(RunJoins(), 1);
   ASSERT_EQ(State("d2"), PlacementState::kServing);
   ASSERT_TRUE(fleet_->Eject("d1", "test").ok());
@@ -141,11 +141,11 @@ TEST_F(FleetMembershipTest, B23_LeavingWarnsWhenNoOtherEngineOfTheRoleIsInPlacem
 
 TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
   Build();
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   EXPECT_EQ(State("d2"), PlacementState::kJoining);
   EXPECT_EQ(fleet_->Snapshot("d2")->source, "admin");
   EXPECT_EQ(DecodePlacements(), (std::set<std::string>{"d0", "d1"}));
-  EXPECT_EQ(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).code(),
+  EXPECT_EQ(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).code(),
             absl::StatusCode::kAlreadyExists);
 
   ASSERT_EQ(RunJoins(), 1);
@@ -169,18 +169,18 @@ TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
 TEST_F(FleetMembershipTest, B22_AFailingJoinerIsRetriedWithBackoffAndNeverPlaced) {
   Build();
   engines_->SetControl("d2", "/health", {0, "", "connection refused"});
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d2"), PlacementState::kJoining);
   EXPECT_EQ(Events("engine_join_failed", "d2"), 1);
   EXPECT_NE(fleet_->Snapshot("d2")->explanation.find("connection refused"), std::string::npos)
       << fleet_->Snapshot("d2")->explanation;
   EXPECT_EQ(RunJoins(), 0);  // not before readmit_interval_s
-  clock_.Advance(kInterval);
+  clock_.Advance(kReadmitInterval);
   ASSERT_EQ(RunJoins(), 1);  // second failure: twice the interval next
-  clock_.Advance(kInterval);
+  clock_.Advance(kReadmitInterval);
   EXPECT_EQ(RunJoins(), 0);
-  clock_.Advance(kInterval);
+  clock_.Advance(kReadmitInterval);
   engines_->SetControl("d2", "/health", {200, "", ""});
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d2"), PlacementState::kServing);
@@ -198,7 +198,7 @@ TEST_F(FleetMembershipTest, B22_AJoinerThatFailsItsInferenceProbeStaysOut) {
   nt::DecodeScript silent;
   silent.silent = true;
   engines_->SetDecode("d2", silent);
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d2"), PlacementState::kJoining);
   EXPECT_NE(fleet_->Snapshot("d2")->explanation.find("no first token"), std::string::npos)
@@ -208,7 +208,7 @@ TEST_F(FleetMembershipTest, B22_AJoinerThatFailsItsInferenceProbeStaysOut) {
 TEST_F(FleetMembershipTest, B22_WithoutJoinChecksAnEngineIsPlacedAtOnce) {
   settings_.membership.join_checks = false;
   Build();
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   EXPECT_EQ(State("d2"), PlacementState::kServing);
   EXPECT_EQ(RunJoins(), 0);
   EXPECT_EQ(Events("engine_joined", "d2"), 1);
@@ -220,7 +220,7 @@ TEST_F(FleetMembershipTest, B23_ALeavingEngineFinishesItsLegsAndIsThenGone) {
   ASSERT_TRUE(leg);
   ASSERT_EQ(leg->target().iid, "d0");
   const MembershipChange change =
-      fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d1", Role::kDecode)});
+      fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
   EXPECT_EQ(change.left, std::vector<std::string>{"d0"});
   // No new leg; listed as draining while its leg runs.
   EXPECT_EQ(DecodePlacements(), std::set<std::string>{"d1"});
@@ -248,7 +248,7 @@ TEST_F(FleetMembershipTest, B23_LegsOutlastingTheDrainTimeoutAreCancelled) {
   std::optional<Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg);
   EngineRef d0 = leg->engine();
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d1", Role::kDecode)});
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
   clock_.Advance(29.9);
   fleet_->SweepLeaving();
   EXPECT_FALSE(d0->removed().cancelled());
@@ -266,8 +266,8 @@ TEST_F(FleetMembershipTest, B21_AnUnchangedEngineKeepsItsStateAndAChangedOneJoin
   ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
   // The same engines in another order, d0 with a new url.
   const MembershipChange change = fleet_->Reconcile(
-      kFile, {Engine("d1", Role::kDecode), Engine("d0", Role::kDecode, "d0-new"),
-              Engine("p0", Role::kPrefill)});
+      kFile, {HostedEngine("d1", Role::kDecode), HostedEngine("d0", Role::kDecode, "d0-new"),
+              HostedEngine("p0", Role::kPrefill)});
   EXPECT_TRUE(change.joined.empty());
   EXPECT_TRUE(change.left.empty());
   EXPECT_EQ(change.changed, std::vector<std::string>{"d0"});
@@ -297,8 +297,8 @@ TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutIts
   old_success.failure.reset();
   old_success.decode_failed = false;
   old_success.decode_ok = true;
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode, "d0-new"),
-                            Engine("d1", Role::kDecode)});
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode, "d0-new"),
+                            HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
   ASSERT_EQ(State("d0"), PlacementState::kServing);
   const int stream = static_cast<int>(engines::BreakerClass::kStream);
@@ -326,12 +326,12 @@ TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutIts
 TEST_F(FleetMembershipTest, B21_AnEngineReturningWithinRememberSResumesItsBreakerState) {
   Build();
   ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)});
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
   fleet_->SweepLeaving();
   ASSERT_FALSE(fleet_->Snapshot("d1").has_value());
   clock_.Advance(60);
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode),
-                            Engine("d1", Role::kDecode)});
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
+                            HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
   // Joined, and still ejected until a probe (here: the operator) readmits it.
   EXPECT_EQ(State("d1"), PlacementState::kEjected);
@@ -339,12 +339,12 @@ TEST_F(FleetMembershipTest, B21_AnEngineReturningWithinRememberSResumesItsBreake
 
   // After remember_s it starts afresh.
   ASSERT_TRUE(fleet_->Eject("d1", "again").ok());
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)});
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
   fleet_->SweepLeaving();
   clock_.Advance(601);
   fleet_->SweepLeaving();
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode),
-                            Engine("d1", Role::kDecode)});
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
+                            HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d1"), PlacementState::kServing);
 }
@@ -353,20 +353,20 @@ TEST_F(FleetMembershipTest, B25_RemoveEngineOnlyForItsOwnSource) {
   Build();
   EXPECT_EQ(fleet_->RemoveEngine("d0", kAdmin).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(fleet_->RemoveEngine("x9", kAdmin).code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   EXPECT_TRUE(fleet_->RemoveEngine("d2", kAdmin).ok());
   EXPECT_EQ(State("d2"), PlacementState::kLeaving);
   // A reload of the file leaves runtime engines alone.
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d3", Role::kDecode), kAdmin).ok());
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)});
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d3", Role::kDecode), kAdmin).ok());
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
   EXPECT_EQ(State("d3"), PlacementState::kJoining);
   EXPECT_EQ(State("d1"), PlacementState::kLeaving);
 }
 
 TEST_F(FleetMembershipTest, FleetEnginesGaugeCountsEveryState) {
   Build();
-  ASSERT_TRUE(fleet_->AddEngine(Engine("d2", Role::kDecode), kAdmin).ok());
-  fleet_->Reconcile(kFile, {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)});
+  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
   auto gauge = [&](const std::string& role, const std::string& state) {
     return nt::MetricValue(registry_, "narwhal_fleet_engines", {{"role", role}, {"state", state}});
   };

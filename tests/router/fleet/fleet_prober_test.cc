@@ -30,7 +30,7 @@
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
-namespace narwhal::breaker_test {
+namespace narwhal::prober_test {
 namespace {
 
 using engines::BreakerClass;
@@ -717,4 +717,4 @@ TEST_F(FleetProberTest, MonitorRunsDueProbesAndCanBeRestarted) {
 }
 
 }  // namespace
-}  // namespace narwhal::breaker_test
+}  // namespace narwhal::prober_test

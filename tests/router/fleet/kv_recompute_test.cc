@@ -9,7 +9,7 @@
 namespace narwhal::router {
 namespace {
 
-MonoTime At(double s) { return MonoTime{} + engines::FromSeconds(1000 + s); }
+MonoTime Since1000(double s) { return MonoTime{} + engines::FromSeconds(1000 + s); }
 
 TEST(KvRecomputeRuleTest, UsageWithTooFewCachedTokensIsARecompute) {
   // A pull reports every prompt token but the last as cached.
@@ -51,62 +51,62 @@ TEST(KvRecomputeRuleTest, FailedTransfersSumsEverySeriesOfTheCounter) {
 
 TEST(RecomputeLedgerTest, TheFirstScrapeIsTheBaselineAndAnIncreaseIsCounted) {
   RecomputeLedger ledger;
-  EXPECT_EQ(ledger.Scrape("d0", 7, At(0)).count, 0);  // history before the router
-  EXPECT_EQ(ledger.Scrape("d0", 7, At(1)).count, 0);
+  EXPECT_EQ(ledger.Scrape("d0", 7, Since1000(0)).count, 0);  // history before the router
+  EXPECT_EQ(ledger.Scrape("d0", 7, Since1000(1)).count, 0);
   ledger.DecodeStarted("d0", "p0");
-  ledger.DecodeEnded("d0", "p0", false, At(1.5));
-  const RecomputeSettlement s = ledger.Scrape("d0", 9, At(2));
+  ledger.DecodeEnded("d0", "p0", false, Since1000(1.5));
+  const RecomputeSettlement s = ledger.Scrape("d0", 9, Since1000(2));
   EXPECT_EQ(s.count, 2);
   // Only p0's handoffs were decoded there since the last scrape.
   EXPECT_EQ(s.producers, (std::vector<std::string>{"p0", "p0"}));
   // A counter that went down (a restart) is a new baseline.
-  EXPECT_EQ(ledger.Scrape("d0", 1, At(3)).count, 0);
-  EXPECT_EQ(ledger.Scrape("d0", 2, At(4)).count, 1);
+  EXPECT_EQ(ledger.Scrape("d0", 1, Since1000(3)).count, 0);
+  EXPECT_EQ(ledger.Scrape("d0", 2, Since1000(4)).count, 1);
   // No answer: nothing changes.
-  EXPECT_EQ(ledger.Scrape("d0", std::nullopt, At(5)).count, 0);
-  EXPECT_EQ(ledger.Scrape("d0", 2, At(6)).count, 0);
+  EXPECT_EQ(ledger.Scrape("d0", std::nullopt, Since1000(5)).count, 0);
+  EXPECT_EQ(ledger.Scrape("d0", 2, Since1000(6)).count, 0);
 }
 
 TEST(RecomputeLedgerTest, AnIncreaseIsAttributedOnlyToTheOneProducerSeen) {
   RecomputeLedger ledger;
-  ledger.Scrape("d0", 0, At(0));
+  ledger.Scrape("d0", 0, Since1000(0));
   ledger.DecodeStarted("d0", "p0");
-  ledger.DecodeEnded("d0", "p0", false, At(0.2));
+  ledger.DecodeEnded("d0", "p0", false, Since1000(0.2));
   ledger.DecodeStarted("d0", "p1");
-  ledger.DecodeEnded("d0", "p1", false, At(0.4));
-  const RecomputeSettlement s = ledger.Scrape("d0", 1, At(1));
+  ledger.DecodeEnded("d0", "p1", false, Since1000(0.4));
+  const RecomputeSettlement s = ledger.Scrape("d0", 1, Since1000(1));
   EXPECT_EQ(s.count, 1);
   EXPECT_EQ(s.producers, (std::vector<std::string>{""}));  // ambiguous: the consumer only
 }
 
 TEST(RecomputeLedgerTest, DecodesTheRouterAlreadyAccountedForAreNotCountedAgain) {
   RecomputeLedger ledger;
-  ledger.Scrape("d0", 0, At(0));
+  ledger.Scrape("d0", 0, Since1000(0));
   // Found by usage (or failed) before the scrape: a credit.
   ledger.DecodeStarted("d0", "p0");
-  ledger.DecodeEnded("d0", "p0", true, At(0.5));
-  EXPECT_EQ(ledger.Scrape("d0", 1, At(1)).count, 0);
+  ledger.DecodeEnded("d0", "p0", true, Since1000(0.5));
+  EXPECT_EQ(ledger.Scrape("d0", 1, Since1000(1)).count, 0);
 
   // Scraped while the decode is still in flight: pending until it ends.
   ledger.DecodeStarted("d0", "p0");
-  EXPECT_EQ(ledger.Scrape("d0", 2, At(2)).count, 0);
-  ledger.DecodeEnded("d0", "p0", true, At(2.5));  // its usage showed the recompute
-  EXPECT_EQ(ledger.Scrape("d0", 2, At(3)).count, 0);
+  EXPECT_EQ(ledger.Scrape("d0", 2, Since1000(2)).count, 0);
+  ledger.DecodeEnded("d0", "p0", true, Since1000(2.5));  // its usage showed the recompute
+  EXPECT_EQ(ledger.Scrape("d0", 2, Since1000(3)).count, 0);
 
   // Pending, and the decode in flight ends without evidence (a streaming
   // client that asked for no usage): counted at the next scrape.
   ledger.DecodeStarted("d0", "p0");
-  EXPECT_EQ(ledger.Scrape("d0", 3, At(4)).count, 0);
-  ledger.DecodeEnded("d0", "p0", false, At(4.5));
-  const RecomputeSettlement s = ledger.Scrape("d0", 3, At(5));
+  EXPECT_EQ(ledger.Scrape("d0", 3, Since1000(4)).count, 0);
+  ledger.DecodeEnded("d0", "p0", false, Since1000(4.5));
+  const RecomputeSettlement s = ledger.Scrape("d0", 3, Since1000(5));
   EXPECT_EQ(s.count, 1);
   EXPECT_EQ(s.producers, (std::vector<std::string>{"p0"}));
 
   // A credit older than kCreditTtlS explains nothing.
   ledger.DecodeStarted("d0", "p1");
-  ledger.DecodeEnded("d0", "p1", true, At(6));
-  ledger.Scrape("d0", 3, At(7));
-  EXPECT_EQ(ledger.Scrape("d0", 4, At(7 + RecomputeLedger::kCreditTtlS)).count, 1);
+  ledger.DecodeEnded("d0", "p1", true, Since1000(6));
+  ledger.Scrape("d0", 3, Since1000(7));
+  EXPECT_EQ(ledger.Scrape("d0", 4, Since1000(7 + RecomputeLedger::kCreditTtlS)).count, 1);
 }
 
 }  // namespace

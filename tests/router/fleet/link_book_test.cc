@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "router/common/settings.h"
+#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 namespace {
@@ -22,9 +23,7 @@ const MonoTime kT0 = MonoTime() + std::chrono::hours(100);
 
 MonoTime At(double s) { return kT0 + engines::FromSeconds(s); }
 
-EngineSettings Engine(const std::string& iid, Role role) {
-  return EngineSettings{iid, "http://" + iid + ".test:8000", role};
-}
+using ::narwhal::testing::Engine;
 
 // p0, p1 (prefill), d0, d1 (decode).
 std::vector<EngineSettings> TwoByTwo() {

@@ -16,6 +16,7 @@
 #include "router/fleet/prefix_index.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/router/test_util.h"
+#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 namespace {
@@ -24,9 +25,7 @@ namespace nt = ::narwhal::testing;
 using engines::Api;
 using engines::Phase;
 
-EngineSettings Engine(const std::string& iid, Role role) {
-  return EngineSettings{iid, "http://" + iid + ":8000", role};
-}
+using ::narwhal::testing::Engine;
 
 // A prompt of `chunks` whole index chunks, distinct per `tag`.
 std::string Prompt(const std::string& tag, size_t chunks) {

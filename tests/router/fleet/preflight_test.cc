@@ -50,7 +50,7 @@ engines::EngineFailure MissingDone() {
 }
 
 // Engines named by role: "p0" prefill, "d0" decode, anything else both.
-Settings Fleet(const std::vector<std::string>& iids) {
+Settings PreflightFleet(const std::vector<std::string>& iids) {
   Settings s;
   s.model = "Qwen/Qwen3-0.6B";
   int port = 9000;
@@ -111,48 +111,48 @@ const std::vector<std::string> kGateOrder = {"reach", "contract", "model", "prod
 // --- Pair generation. ---
 
 TEST(PreflightPairsTest, TwoPrefillTwoDecode) {
-  const Settings s = Fleet({"p0", "p1", "d0", "d1"});
+  const Settings s = PreflightFleet({"p0", "p1", "d0", "d1"});
   EXPECT_EQ(PreflightPairs(s, PairMode::kMesh),
             (Pairs{{"p0", "d0"}, {"p0", "d1"}, {"p1", "d0"}, {"p1", "d1"}}));
   EXPECT_EQ(PreflightPairs(s, PairMode::kRing), (Pairs{{"p0", "d0"}, {"p1", "d1"}}));
 }
 
 TEST(PreflightPairsTest, OnePrefillOneDecode) {
-  const Settings s = Fleet({"p0", "d0"});
+  const Settings s = PreflightFleet({"p0", "d0"});
   EXPECT_EQ(PreflightPairs(s, PairMode::kMesh), (Pairs{{"p0", "d0"}}));
   EXPECT_EQ(PreflightPairs(s, PairMode::kRing), (Pairs{{"p0", "d0"}}));
 }
 
 TEST(PreflightPairsTest, TwoBothEnginesPairEitherWayNeverWithThemselves) {
-  const Settings s = Fleet({"a", "b"});
+  const Settings s = PreflightFleet({"a", "b"});
   EXPECT_EQ(PreflightPairs(s, PairMode::kMesh), (Pairs{{"a", "b"}, {"b", "a"}}));
   EXPECT_EQ(PreflightPairs(s, PairMode::kRing), (Pairs{{"a", "b"}, {"b", "a"}}));
 }
 
 TEST(PreflightPairsTest, OneBothOneDecode) {
   // The decode engine cannot produce, and `a` never pairs with itself.
-  const Settings s = Fleet({"a", "d0"});
+  const Settings s = PreflightFleet({"a", "d0"});
   EXPECT_EQ(PreflightPairs(s, PairMode::kMesh), (Pairs{{"a", "d0"}}));
   EXPECT_EQ(PreflightPairs(s, PairMode::kRing), (Pairs{{"a", "d0"}}));
 }
 
 TEST(PreflightPairsTest, ThreeBothEnginesRingIsACycle) {
-  const Settings s = Fleet({"e0", "e1", "e2"});
+  const Settings s = PreflightFleet({"e0", "e1", "e2"});
   EXPECT_EQ(PreflightPairs(s, PairMode::kMesh).size(), 6u);
   EXPECT_EQ(PreflightPairs(s, PairMode::kRing), (Pairs{{"e0", "e1"}, {"e1", "e2"}, {"e2", "e0"}}));
 }
 
 TEST(PreflightPairsTest, RingCoversTheLargerSide) {
-  EXPECT_EQ(PreflightPairs(Fleet({"p0", "d0", "d1", "d2"}), PairMode::kRing),
+  EXPECT_EQ(PreflightPairs(PreflightFleet({"p0", "d0", "d1", "d2"}), PairMode::kRing),
             (Pairs{{"p0", "d0"}, {"p0", "d1"}, {"p0", "d2"}}));
-  EXPECT_EQ(PreflightPairs(Fleet({"p0", "p1", "p2", "d0"}), PairMode::kRing),
+  EXPECT_EQ(PreflightPairs(PreflightFleet({"p0", "p1", "p2", "d0"}), PairMode::kRing),
             (Pairs{{"p0", "d0"}, {"p1", "d0"}, {"p2", "d0"}}));
 }
 
 TEST(PreflightPairsTest, RingCoversABothEngineInEachRole) {
   // P = [a, p1], C = [a, d1]: the round robin gives a>d1 and p1>d1, and `a`
   // (which p1 may feed) is then covered as a consumer.
-  EXPECT_EQ(PreflightPairs(Fleet({"a", "p1", "d1"}), PairMode::kRing),
+  EXPECT_EQ(PreflightPairs(PreflightFleet({"a", "p1", "d1"}), PairMode::kRing),
             (Pairs{{"a", "d1"}, {"p1", "d1"}, {"p1", "a"}}));
 }
 
@@ -167,7 +167,7 @@ TEST(PreflightPairsTest, EveryPairIsRolePermittedAndRingCoversEveryMeshEngine) {
                                                         {"a"},
                                                         {"p0", "p1", "p2", "d0", "d1"}};
   for (const auto& iids : fleets) {
-    const Settings s = Fleet(iids);
+    const Settings s = PreflightFleet(iids);
     std::map<std::string, Role> roles;
     for (const EngineSettings& e : s.engines) roles[e.iid] = e.role;
     const Pairs mesh = PreflightPairs(s, PairMode::kMesh);
@@ -194,7 +194,7 @@ TEST(PreflightPairsTest, EveryPairIsRolePermittedAndRingCoversEveryMeshEngine) {
     EXPECT_EQ(distinct.size(), ring.size());
     EXPECT_LE(ring.size(), mesh.size());
   }
-  EXPECT_TRUE(PreflightPairs(Fleet({"a"}), PairMode::kMesh).empty());
+  EXPECT_TRUE(PreflightPairs(PreflightFleet({"a"}), PairMode::kMesh).empty());
 }
 
 TEST(PreflightPairsTest, PairModeNames) {
@@ -226,7 +226,7 @@ class PreflightRunTest : public ::testing::Test {
     return RunPreflight(settings_, client_, clock_, mode);
   }
 
-  Settings settings_ = Fleet({"p0", "p1", "d0", "d1"});
+  Settings settings_ = PreflightFleet({"p0", "p1", "d0", "d1"});
   FakeClock clock_;
   ScriptedEngines client_{clock_, &clock_, kSilentS};
 };
@@ -490,7 +490,7 @@ TEST_F(PreflightRunTest, OtherDecodeFailuresAreFailedWithTheirDetail) {
 }
 
 TEST_F(PreflightRunTest, FleetWithoutPairsStillProduces) {
-  settings_ = Fleet({"solo"});
+  settings_ = PreflightFleet({"solo"});
   const PreflightReport r = Run();
   EXPECT_TRUE(r.passed);
   EXPECT_EQ(Gate(r, "consume").detail, "no role-permitted pairs to test");

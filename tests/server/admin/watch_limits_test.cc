@@ -174,14 +174,14 @@ TEST(EventBusTest, HistoryIsSharedWithWatchersAndBounded) {
 
 // ------------------------------------------------------------------ WatchEvents
 
-class Watcher {
+class CappedWatcher {
  public:
-  Watcher(AdminHarness& h, std::optional<long long> since_seq) {
+  CappedWatcher(AdminHarness& h, std::optional<long long> since_seq) {
     pb::WatchEventsRequest request;
     if (since_seq) request.set_since_seq(*since_seq);
     reader_ = h.stub().WatchEvents(&context_, request);
   }
-  ~Watcher() {
+  ~CappedWatcher() {
     if (finished_) return;
     context_.TryCancel();
     pb::Event ignored;
@@ -207,7 +207,7 @@ class Watcher {
   std::unique_ptr<grpc::ClientReader<pb::Event>> reader_;
 };
 
-std::vector<router::EngineSettings> OfflineEngines() {
+std::vector<router::EngineSettings> UnreachableEngines() {
   return {{"p0", "http://127.0.0.1:1", router::Role::kPrefill},
           {"d0", "http://127.0.0.1:2", router::Role::kDecode}};
 }
@@ -224,15 +224,15 @@ bool WaitOpenWatchers(AdminHarness& h, size_t n, std::chrono::milliseconds timeo
 TEST(AdminWatchLimitsTest, StreamsBeyondTheCapAreRefusedWithResourceExhausted) {
   server::AdminOptions options;
   options.max_watchers = 2;
-  AdminHarness h(AdminTestSettings(OfflineEngines()), options);
+  AdminHarness h(AdminTestSettings(UnreachableEngines()), options);
   h.fleet().PublishEvent({{"event", "test_marker"}});
   pb::Event event;
-  auto first = std::make_unique<Watcher>(h, 0);
+  auto first = std::make_unique<CappedWatcher>(h, 0);
   ASSERT_TRUE(first->NextOfKind("test_marker", &event));
-  Watcher second(h, 0);
+  CappedWatcher second(h, 0);
   ASSERT_TRUE(second.NextOfKind("test_marker", &event));
 
-  Watcher third(h, 0);
+  CappedWatcher third(h, 0);
   EXPECT_FALSE(third.Next(&event));
   const grpc::Status refused = third.Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -245,7 +245,7 @@ TEST(AdminWatchLimitsTest, StreamsBeyondTheCapAreRefusedWithResourceExhausted) {
   ASSERT_TRUE(second.NextOfKind("after_refusal", &event));
   first.reset();
   ASSERT_TRUE(WaitOpenWatchers(h, 1));
-  Watcher fourth(h, 0);
+  CappedWatcher fourth(h, 0);
   ASSERT_TRUE(fourth.NextOfKind("after_refusal", &event));
 }
 
@@ -253,12 +253,12 @@ TEST(AdminWatchLimitsTest, SlowStreamIsEndedAtItsByteBoundAndOthersGetEverything
   server::AdminOptions options;
   options.watch_buffer_bytes = 256 * 1024;
   options.watch_queue = 0;  // bytes only
-  AdminHarness h(AdminTestSettings(OfflineEngines()), options);
+  AdminHarness h(AdminTestSettings(UnreachableEngines()), options);
   h.fleet().PublishEvent({{"event", "test_marker"}});
   pb::Event event;
-  Watcher slow(h, 0);
+  CappedWatcher slow(h, 0);
   ASSERT_TRUE(slow.NextOfKind("test_marker", &event));  // from here on it reads nothing
-  Watcher fast(h, 0);
+  CappedWatcher fast(h, 0);
   ASSERT_TRUE(fast.NextOfKind("test_marker", &event));
 
   std::atomic<int> received{0};
@@ -301,10 +301,10 @@ TEST(AdminWatchLimitsTest, StreamThatNeverReadsIsCancelledAndFreesItsPlace) {
   options.watch_buffer_bytes = 32 * 1024;
   options.watch_queue = 0;
   options.watch_stall_timeout = 200ms;
-  AdminHarness h(AdminTestSettings(OfflineEngines()), options);
+  AdminHarness h(AdminTestSettings(UnreachableEngines()), options);
   h.fleet().PublishEvent({{"event", "test_marker"}});
   pb::Event event;
-  auto stuck = std::make_unique<Watcher>(h, 0);
+  auto stuck = std::make_unique<CappedWatcher>(h, 0);
   ASSERT_TRUE(stuck->NextOfKind("test_marker", &event));  // then never reads again
 
   const std::string detail(4096, 'x');
@@ -319,15 +319,15 @@ TEST(AdminWatchLimitsTest, StreamThatNeverReadsIsCancelledAndFreesItsPlace) {
   const std::vector<nlohmann::json> history = h.events().Since(0);
   const long long after = history.empty() ? 0 : history.back().value("seq", 0LL);
   h.fleet().PublishEvent({{"event", "after_flood"}});
-  Watcher next(h, after);
+  CappedWatcher next(h, after);
   ASSERT_TRUE(next.NextOfKind("after_flood", &event));
 }
 
 TEST(AdminWatchLimitsTest, ShutdownEndsStreamsAndRefusesNewOnes) {
-  AdminHarness h(AdminTestSettings(OfflineEngines()));
+  AdminHarness h(AdminTestSettings(UnreachableEngines()));
   h.fleet().PublishEvent({{"event", "test_marker"}});
   pb::Event event;
-  Watcher w(h, 0);
+  CappedWatcher w(h, 0);
   ASSERT_TRUE(w.NextOfKind("test_marker", &event));
   h.service().Shutdown();
   EXPECT_FALSE(w.Next(&event));
