@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -24,9 +23,9 @@
 
 #include "engines/http/connection_pool.h"
 #include "engines/http/connector.h"
+#include "engines/http/decode_stream.h"
+#include "engines/http/leg_failures.h"
 #include "engines/http/leg_timer.h"
-#include "engines/http/sse_reader.h"
-#include "engines/http/stream_classifier.h"
 #include "engines/json_limits.h"
 
 namespace narwhal::engines {
@@ -39,7 +38,6 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using json = nlohmann::json;
 
-constexpr size_t kMaxErrorBodyBytes = 64 * 1024;
 // Room in a leg's read buffer past max_header_bytes: the buffer holds only
 // what the parser has not consumed yet (a header block, a chunk header, a
 // trailer), so its limit bounds those even where Beast does not.
@@ -48,25 +46,7 @@ constexpr size_t kBufferSlack = 64 * 1024;
 // body (it usually follows [DONE] at once) before its connection is pooled.
 constexpr auto kDrainBound = std::chrono::seconds(1);
 
-std::string FormatSeconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%gs", s);
-  return buf;
-}
-
 auto Redirect(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
-
-EngineFailure Cancelled(Phase phase, const std::string& iid) {
-  return MakeFailure(phase, iid, FailureReason::kCancelled, BreakerClass::kNone,
-                     FailureCause::kNone, "client went away", false);
-}
-
-EngineFailure DeadlineExpired(Phase phase, const std::string& iid) {
-  return MakeFailure(
-      phase, iid, FailureReason::kDeadline, BreakerClass::kNone, FailureCause::kNone,
-      std::string("request deadline passed during the ") + std::string(PhaseName(phase)) + " leg",
-      false);
-}
 
 // The cause of a transport error in plain words.
 std::string Cause(const error_code& ec) {
@@ -357,14 +337,6 @@ EngineFailure TransportFailure(Phase phase, const EngineTarget& target, const er
                      true);
 }
 
-EngineFailure ConnectTimeout(Phase phase, const EngineTarget& target, const std::string& key,
-                             double seconds) {
-  return MakeFailure(
-      phase, target.iid, FailureReason::kEngineUnreachable, BreakerClass::kConnection,
-      FailureCause::kConnectTimeout,
-      "engine unreachable: connect to " + key + " timed out after " + FormatSeconds(seconds), true);
-}
-
 }  // namespace
 
 Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api api,
@@ -524,6 +496,8 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   }
 }
 
+// The decode leg's I/O: DecodeStream (engines/http/decode_stream.h) decides,
+// this loop moves the bytes and arms the timer as it says.
 Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                                   const PrefillResult& handoff,
                                                   const json& client_body, bool client_streams,
@@ -531,148 +505,36 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   // The options in force when the leg starts (a reload may change them).
   const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
   const HttpEngineClientOptions& opts = *opts_held;
-  constexpr Phase kPhase = Phase::kDecode;
-  const Api api = handoff.endpoint();
-  DecodeOutcome out;
-
-  // Single use: a handoff feeds one decode leg; a second one is the caller's
-  // mistake, not evidence against any engine.
-  if (!handoff.Claim()) {
-    EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                                  BreakerClass::kNone, FailureCause::kInvalidContinuation,
-                                  "invalid continuation: the handoff was already used by a "
-                                  "decode (a handoff is single use)",
-                                  false);
-    f.handoff_rejection = "reused_handoff";
-    out.failure = std::move(f);
-    co_return out;
-  }
-  // B3: validate before any HTTP request; evidence counts against the producer.
-  if (DescriptorRejection why = ValidateContinuation(handoff, opts.connector, api,
-                                                     opts.remote_host_policy);
-      !why.ok()) {
-    EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                                  BreakerClass::kKvHandoff, FailureCause::kInvalidContinuation,
-                                  "invalid continuation: " + why.detail, false);
-    f.evidence_iid = handoff.producer_iid();
-    f.handoff_rejection = std::move(why.reason);
-    out.failure = std::move(f);
-    co_return out;
-  }
+  const MonoTime started = clock_.Now();
   std::string host;
   int port = 0;
-  if (!ParseEngineUrl(consumer.url, &host, &port)) {
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineUnreachable,
-                              BreakerClass::kConnection, FailureCause::kBadUrl,
-                              "engine unreachable: bad engine url " + consumer.url, false);
-    co_return out;
+  if (std::optional<DecodeOutcome> refused =
+          DecodeStream::Refuse(consumer, handoff, opts, options, started, &host, &port)) {
+    co_return std::move(*refused);
   }
-  if (options.cancel != nullptr && options.cancel->cancelled()) {
-    out.failure = Cancelled(kPhase, consumer.iid);
-    out.handoff_left_with_producer = true;
-    co_return out;
-  }
-  const MonoTime started = clock_.Now();
-  if (started >= options.request_deadline) {
-    out.failure = DeadlineExpired(kPhase, consumer.iid);
-    out.handoff_left_with_producer = true;
-    co_return out;
-  }
-
-  // B12: the first-token budget starts now, before connect.
-  const MonoTime first_token_deadline =
-      std::min(started + FromSeconds(opts.first_token_timeout_s), options.request_deadline);
-  const LegBound first_token_bound = first_token_deadline == options.request_deadline
-                                         ? LegBound::kRequest
-                                         : LegBound::kFirstToken;
-  const auto read_timeout = FromSeconds(opts.decode_read_timeout_s);
+  DecodeStream stream(opts, consumer, started, options.request_deadline, observer);
   const Executor executor = co_await asio::this_coro::executor;
   Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts));
   LegTimer& timer = leg.timer();
+  const auto arm = [&timer](const LegAlarm& alarm) { timer.Arm(alarm.at, alarm.bound); };
   const bool same_worker = consumer.iid == handoff.producer_iid();
-  const std::string body = BuildDecodeBody(client_body, handoff, same_worker, client_streams).dump();
+  const std::string body =
+      BuildDecodeBody(client_body, handoff, same_worker, client_streams).dump();
 
-  SseReader sse(opts.max_event_bytes);
-  StreamEvent event;
-  bool first_token = false;
-  bool done = false;
-  bool observer_stopped = false;
-  std::optional<EngineFailure> stream_error;
-  std::string choice_bound;  // why a chunk broke the choice bounds
-  std::string malformed_event;  // why an event could not be read
-  int metadata_frames = 0;
-  int status = 0;
-  std::string error_body;
   error_code ec;
   auto parser = std::make_shared<DecodeParser>(opts);
   bool connected = false;
-  bool request_sent = false;  // the whole decode request reached the socket
   bool too_many_interim = false;
-
-  // B13 bounds the silence between complete SSE units — a `data:` event,
-  // metadata included, or a comment line (a keep-alive) — not between
-  // transport reads: bytes of an event that never ends do not reset it.
-  MonoTime silent_since{};  // end of the last complete unit (after the first token)
-  auto arm_read_timer = [&] {
-    if (opts.decode_read_timeout_s > 0 &&
-        silent_since + read_timeout < options.request_deadline) {
-      timer.Arm(silent_since + read_timeout, LegBound::kRead);
-    } else {
-      timer.Arm(options.request_deadline, LegBound::kRequest);
-    }
-  };
-  auto restart_read_timer = [&] {
-    silent_since = clock_.Now();
-    arm_read_timer();
-  };
-  const SseReader::EventFn on_event = [&](std::string_view payload) {
-    // The payload as relayed: repaired when its text was not valid Unicode.
-    const std::string_view data = ClassifyEvent(payload, &event);
-    switch (event.kind) {
-      case EventKind::kDone:
-        done = true;
-        return false;
-      case EventKind::kError:
-        stream_error = ClassifyEngineStatus(kPhase, consumer.iid, event.error_status,
-                                            event.error_message, /*in_stream=*/true);
-        return false;
-      case EventKind::kToken:
-        first_token = true;  // B13 from the first token on
-        break;
-      case EventKind::kMetadata:
-        if (!first_token) ++metadata_frames;
-        break;
-      case EventKind::kMalformed:
-        // Whether it carried output cannot be known: the leg fails, on every
-        // door alike, rather than lose text while reporting success.
-        malformed_event = "malformed stream: an event of " + std::to_string(payload.size()) +
-                          " bytes is not a JSON object (or " + DepthLimitText() + ")";
-        return false;
-    }
-    if (event.choices > kMaxChoices || event.stray_choice_index) {
-      choice_bound = ChoiceBoundError(event);
-      return false;
-    }
-    if (first_token) restart_read_timer();
-    if (!observer.OnEvent(data, event)) {
-      observer_stopped = true;
-      return false;
-    }
-    return true;
-  };
-
   do {
-    const MonoTime connect_deadline = clock_.Now() + FromSeconds(opts.connect_timeout_s);
-    timer.Arm(std::min(connect_deadline, first_token_deadline),
-              connect_deadline < first_token_deadline ? LegBound::kConnect : first_token_bound);
+    arm(stream.Connecting(clock_.Now()));
     ec = co_await leg.Connect();
     if (ec || leg.cancelled() || timer.fired()) break;
     connected = true;
-    timer.Arm(first_token_deadline, first_token_bound);
-    auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
-                          opts.api_key, body);
+    arm(stream.Connected());
+    auto req = LegRequest(http::verb::post, ApiPath(handoff.endpoint()), leg.key(),
+                          options.backend_request_id, opts.api_key, body);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
-    request_sent = !ec;
+    if (!ec) stream.RequestSent();
     const auto make_parser = [&opts] {
       auto p = std::make_shared<DecodeParser>(opts);
       p->body_limit(boost::none);  // a stream; SseReader bounds each event
@@ -686,7 +548,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   } while (false);
 
   if (!ec && !leg.cancelled() && !timer.fired()) {
-    status = parser->get().result_int();
+    stream.Head(parser->get().result_int());
     char chunk[16 * 1024];
     // A response whose head was all of it (an error status with an empty
     // body) is complete: reading on would wait for bytes that never come.
@@ -696,52 +558,32 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
       co_await http::async_read_some(leg.io().socket, leg.io().buffer, *parser, Redirect(ec));
       if (ec == http::error::need_buffer) ec = {};
       const size_t n = sizeof(chunk) - parser->get().body().size;
-      if (status != 200) {
-        if (error_body.size() < kMaxErrorBodyBytes) {
-          error_body.append(chunk, std::min(n, kMaxErrorBodyBytes - error_body.size()));
-        }
-        if (parser->is_done() || error_body.size() >= kMaxErrorBodyBytes) break;
-        continue;
-      }
-      if (n > 0) {
-        const size_t comments = sse.comments();
-        if (!sse.Feed(std::string_view(chunk, n), on_event)) break;
-        if (first_token && sse.comments() != comments) restart_read_timer();
-      }
+      if (!stream.Body(std::string_view(chunk, n), clock_.Now())) break;
+      if (std::optional<LegAlarm> alarm = stream.TakeAlarm()) arm(*alarm);
+      if (stream.status() != 200) continue;
       if (ec || parser->is_done()) break;
       // Everything received so far is parsed (what is left, if anything, is
       // the CRLF that closes a chunk, which the parser consumes with the next
       // chunk's header): hand it to the client in one write before the next
-      // socket read. A slow client is not engine silence (B13).
+      // socket read.
       if (leg.io().buffer.size() <= 2) {
-        const MonoTime flush_started = clock_.Now();
-        if (first_token) timer.Pause();
+        if (stream.FlushStarted(clock_.Now())) timer.Pause();
         const bool keep_going = co_await observer.Flush();
-        if (!keep_going) {
-          observer_stopped = true;
-          break;
-        }
-        if (first_token) {
-          // The engine's silence resumes where the client's pause began.
-          silent_since += clock_.Now() - flush_started;
-          arm_read_timer();
-        } else {
-          timer.Arm(first_token_deadline, first_token_bound);
-        }
+        const std::optional<LegAlarm> next = stream.FlushEnded(clock_.Now(), keep_going);
+        if (!next) break;
+        arm(*next);
       }
     }
   }
-  const bool timed_out = timer.fired();
   const LegBound fired = timer.fired_bound();
   timer.Stop();
   // What the last read carried reaches the client before the leg's end (its
   // [DONE] or its failure).
-  if (!observer_stopped && !leg.cancelled()) {
-    const bool taken = co_await observer.Flush();
-    if (!taken) observer_stopped = true;
+  if (!stream.observer_stopped() && !leg.cancelled()) {
+    if (!co_await observer.Flush()) stream.ObserverStopped();
   }
 
-  if (done && first_token && !observer_stopped) {
+  if (stream.Succeeded()) {
     // Generated output, then [DONE]: the connection finishes its body in the
     // background and goes back to the pool.
     if (parser->is_done()) {
@@ -754,79 +596,19 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
                                   opts.max_idle_connections),
                      asio::detached);
     }
-    co_return out;
+    co_return stream.Finish({});
   }
   leg.io().Close();  // an abnormal end never returns its connection
-  if (leg.cancelled() || observer_stopped) {
-    out.failure = Cancelled(kPhase, consumer.iid);
-  } else if (done) {
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError,
-                              BreakerClass::kStream, FailureCause::kEarlyDone,
-                              "stream ended with [DONE] before any token arrived", true);
-  } else if (stream_error) {
-    out.failure = std::move(stream_error);
-  } else if (!malformed_event.empty()) {
-    out.failure =
-        MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError, BreakerClass::kStream,
-                    FailureCause::kMalformedStream, std::move(malformed_event), true);
-  } else if (!choice_bound.empty()) {
-    out.failure =
-        MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse, BreakerClass::kStream,
-                    FailureCause::kResponseBound, std::move(choice_bound), false);
-  } else if (timed_out) {
-    if (fired == LegBound::kConnect) {
-      out.failure = ConnectTimeout(kPhase, consumer, leg.key(), opts.connect_timeout_s);
-    } else if (fired == LegBound::kRequest) {
-      out.failure = DeadlineExpired(kPhase, consumer.iid);
-    } else if (fired == LegBound::kFirstToken) {
-      const std::string what =
-          metadata_frames == 0
-              ? "no frames at all"
-              : std::to_string(metadata_frames) + " metadata frame(s) but no token";
-      // A silent engine is stream evidence; one that keeps emitting metadata
-      // is busy rather than broken (overload).
-      out.failure = MakeFailure(
-          kPhase, consumer.iid, FailureReason::kEngineTimeout,
-          metadata_frames == 0 ? BreakerClass::kStream : BreakerClass::kOverload,
-          FailureCause::kFirstTokenTimeout,
-          "no first token within " + FormatSeconds(opts.first_token_timeout_s) + ": " + what,
-          true);
-    } else {
-      out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kEngineTimeout,
-                                BreakerClass::kStream, FailureCause::kReadTimeout,
-                                "engine went silent between tokens: nothing arrived within the " +
-                                    FormatSeconds(opts.decode_read_timeout_s) + " read timeout",
-                                true);
-    }
-  } else if (too_many_interim) {
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                              BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
-                              TooManyInterimResponses("decode response"), false);
-  } else if (status != 0 && status != 200) {
-    out.failure = ClassifyEngineStatus(kPhase, consumer.iid, status,
-                                       EngineErrorMessage(error_body), /*in_stream=*/false);
-  } else if (std::string bound = ResponseBoundError(ec, *parser, opts, "decode response");
-             !bound.empty()) {
-    // The header block, or after a 200 a chunk header or the trailer.
-    out.failure = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
-                              BreakerClass::kInferenceStatus, FailureCause::kResponseBound,
-                              std::move(bound), false);
-  } else if (status == 0) {
-    out.failure = TransportFailure(kPhase, consumer, ec, connected, leg.key());
-  } else if (!sse.error().empty()) {
-    out.failure =
-        MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError, BreakerClass::kStream,
-                    FailureCause::kMalformedStream, "malformed stream: " + sse.error(), true);
-  } else {
-    out.failure =
-        MakeFailure(kPhase, consumer.iid, FailureReason::kEngineError, BreakerClass::kStream,
-                    FailureCause::kUnterminated, "stream ended before the [DONE] terminator", true);
+  DecodeLegEnd end;
+  end.cancelled = leg.cancelled();
+  end.timed_out = fired;
+  end.connection_key = leg.key();
+  if (too_many_interim) end.interim_bound = TooManyInterimResponses("decode response");
+  end.response_bound = ResponseBoundError(ec, *parser, opts, "decode response");
+  if (stream.status() == 0) {
+    end.transport = TransportFailure(Phase::kDecode, consumer, ec, connected, leg.key());
   }
-  // Nobody took the handoff when the request never reached the consumer, or
-  // the consumer refused it with an error status before streaming (before
-  // admission): the producer still pins its blocks.
-  out.handoff_left_with_producer = !request_sent || (status != 0 && status != 200);
-  co_return out;
+  co_return stream.Finish(std::move(end));
 }
 
 Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::string method,
