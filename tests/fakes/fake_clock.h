@@ -13,6 +13,7 @@
 #ifndef NARWHAL_TESTS_FAKES_FAKE_CLOCK_H_
 #define NARWHAL_TESTS_FAKES_FAKE_CLOCK_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -101,6 +102,18 @@ class FakeClock : public engines::Clock {
   size_t pending_timers() const {
     std::lock_guard<std::mutex> lock(mu_);
     return waits_.size();
+  }
+
+  // The deadlines of the timers waiting now, earliest first.
+  std::vector<engines::MonoTime> pending_deadlines() const {
+    std::vector<engines::MonoTime> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out.reserve(waits_.size());
+      for (const Wait& w : waits_) out.push_back(w.deadline);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   std::unique_ptr<engines::Timer> NewTimer(const engines::Executor& executor) const override {

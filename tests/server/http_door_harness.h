@@ -98,15 +98,15 @@ class HttpDoorTest : public ::testing::Test {
     auto journal = router::Journal::Open(journal_path_, journal_options_);
     ASSERT_TRUE(journal.ok()) << journal.status();
     journal_ = std::move(*journal);
-    fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
+    fleet_ = std::make_unique<router::Fleet>(settings_, *door_clock_, nullptr);
     // The fake engines are up: each passes its start-up check (readiness).
     for (const router::EngineSettings& e : settings_.engines) {
       fleet_->RecordSuccess(e.iid, router::Success::kHealth);
     }
-    router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
+    router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, *door_clock_, nullptr,
                                                journal_.get(), 7, &journal_status_);
-    shim_ = std::make_unique<OpenAiShim>(settings_, *router_, *fleet_, clock_, registry_, api_key,
-                                         loops_, options);
+    shim_ = std::make_unique<OpenAiShim>(settings_, *router_, *fleet_, *door_clock_, registry_,
+                                         api_key, loops_, options);
     absl::StatusOr<int> port = shim_->Bind("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
     port_ = *port;
@@ -165,6 +165,9 @@ class HttpDoorTest : public ::testing::Test {
 
   engines::IoLoops loops_{2};  // outlives everything that runs on it
   engines::RealClock clock_;
+  // The clock of the fleet, the router and the door: `clock_` unless a test
+  // points it at a fake clock (one that outlives TearDown) before Start().
+  const engines::Clock* door_clock_ = &clock_;
   router::Settings settings_ = TestSettings();
   nt::FakeEngineClient fake_;
   prometheus::Registry registry_;

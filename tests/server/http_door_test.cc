@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "server/http/openai_shim.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/server/http_door_harness.h"
 
 namespace narwhal::server::http_door_test {
@@ -278,22 +279,50 @@ TEST_F(HttpDoorTest, B19_ClientGoneMidStreamCancelsItsRequest) {
   EXPECT_EQ(rows[0]["terminal"], "cancelled");
 }
 
-TEST_F(HttpDoorTest, StreamToAClientThatStopsReadingEndsAtTheRequestDeadline) {
+// The door on the fake clock: every bound of a connection and every
+// request deadline comes due only when the test advances the clock.
+class HttpDoorFakeClockTest : public HttpDoorTest {
+ protected:
+  HttpDoorFakeClockTest() { door_clock_ = &fake_clock_; }
+
+  // Waits (real time, bounded) until the timers waiting on the clock are due
+  // at exactly `deadlines` (earliest first).
+  bool WaitPendingDeadlines(const std::vector<engines::MonoTime>& deadlines) {
+    const auto until = SteadyClock::now() + 3000ms;
+    while (fake_clock_.pending_deadlines() != deadlines) {
+      if (SteadyClock::now() > until) return false;
+      std::this_thread::sleep_for(2ms);
+    }
+    return true;
+  }
+
+  nt::FakeClock fake_clock_;  // a member of this fixture: it outlives TearDown
+};
+
+// The write to a client that stops reading waits for it until the request
+// deadline on the clock, and no longer: 1 ms short of it the connection's
+// one bound waits for exactly the deadline (nothing earlier is due, however
+// long real time runs) and the stream still runs; at it the stream is cut.
+TEST_F(HttpDoorFakeClockTest, StreamToAClientThatStopsReadingEndsAtTheRequestDeadline) {
   settings_.serving.request_timeout_s = 1;
   Start();
   // Far more than the socket buffers hold.
   fake_.QueueDecode(nt::DecodeStep::Stream(
       std::vector<std::string>(3000, nt::CompletionChunk(std::string(8000, 'x')))));
+  const engines::MonoTime deadline = fake_clock_.Now() + 1s;
   auto c = Connect();
-  const auto started = SteadyClock::now();
   c->Send(Post("/v1/completions", Completion(true)));
-  for (const auto until = started + 3s;
-       fake_.decode_calls().empty() && SteadyClock::now() < until;) {
-    std::this_thread::sleep_for(2ms);
-  }
-  EXPECT_FALSE(WaitIdle(300ms));  // the write waits for the client
+  // The head comes with the first token: the stream's writes have begun.
+  // From here on the client reads nothing.
+  auto head = c->Read(3000ms, /*head_only=*/true);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  fake_clock_.Advance(999ms);
+  EXPECT_TRUE(WaitPendingDeadlines({deadline}));
+  EXPECT_FALSE(WaitIdle(0ms));  // the write waits for the client
+  EXPECT_EQ(shim_->open_connections(), 1);
+  fake_clock_.Advance(1ms);
   ASSERT_TRUE(WaitIdle(3000ms));
-  EXPECT_GE(SteadyClock::now() - started, 900ms);
   EXPECT_TRUE(c->WaitClosed(5000ms));
   const std::vector<json> rows = JournalRows();
   ASSERT_EQ(rows.size(), 1u);

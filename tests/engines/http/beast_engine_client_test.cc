@@ -1035,7 +1035,9 @@ TEST_F(BeastEngineClientTest, IdleConnectionsAreClosedBySweep) {
   }
 }
 
-// A leg that ends abnormally closes its connection instead of returning it.
+// A leg that ends abnormally closes its connection instead of returning it:
+// the engine, still holding its stalled stream open, sees the router hang up
+// (a pooled connection would stay open), and the pool holds none.
 TEST_F(BeastEngineClientTest, AnAbortedLegDoesNotPoolItsConnection) {
   Adapter client(FastOptions());
   const PrefillResult handoff = Handoff(client);
@@ -1044,7 +1046,9 @@ TEST_F(BeastEngineClientTest, AnAbortedLegDoesNotPoolItsConnection) {
   DecodeOutcome out = client.Decode(d0_, handoff, ChatBody(), true, Leg("rid-d-ab"), rec);
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.failure->detail, StartsWith("engine went silent between tokens"));
-  std::this_thread::sleep_for(50ms);
+  const json r = WaitForLastRecord(*consumer_, Ended);
+  ASSERT_FALSE(r.is_null()) << "the engine never saw the connection end";
+  EXPECT_EQ(r["end"], "client_gone");
   EXPECT_EQ(client.IdleConnections(d0_.url), 0u);
 }
 

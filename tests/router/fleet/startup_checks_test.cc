@@ -3,9 +3,10 @@
 // threads (distinct threads asking the engines, and the checkers running,
 // never more than the bound) that still run in parallel and reach every
 // engine; roles are interleaved; a failed engine is
-// checked again only once `retry` passed on the injected clock, and each
-// outcome change is logged once; an engine that left is dropped; Stop() ends
-// idle checkers at once.
+// checked again only once `retry` passed on the injected clock (however
+// often its checker looks at the clock before), and each outcome change is
+// logged once; an engine that left is dropped; Stop() ends idle checkers at
+// once.
 #include "router/fleet/startup_checks.h"
 
 #include <gtest/gtest.h>
@@ -46,6 +47,48 @@ bool WaitUntil(Pred done, std::chrono::milliseconds limit = 20s) {
   }
   return true;
 }
+
+// The fake clock, counting the reads made by the checkers (every thread
+// but the test's own) that return a time at or past a mark. An idle checker
+// reads the clock each time it wakes to look at the line: two such reads at
+// the mark mean it looked at the line at that time and went back to waiting
+// in between.
+class ReadCountingClock : public testing::FakeClock {
+ public:
+  engines::MonoTime Now() const override {
+    const engines::MonoTime now = FakeClock::Now();
+    if (std::this_thread::get_id() != test_thread_) {
+      std::lock_guard<std::mutex> lock(reads_mu_);
+      if (now >= mark_) {
+        ++reads_;
+        reads_cv_.notify_all();
+      }
+    }
+    return now;
+  }
+
+  // Counts, from zero, the checkers' reads of the clock's time now (or later).
+  void MarkNow() {
+    const engines::MonoTime now = FakeClock::Now();
+    std::lock_guard<std::mutex> lock(reads_mu_);
+    mark_ = now;
+    reads_ = 0;
+  }
+
+  // Waits (real time, bounded) until the checkers read the clock `n` times
+  // since MarkNow().
+  bool WaitReads(int n) {
+    std::unique_lock<std::mutex> lock(reads_mu_);
+    return reads_cv_.wait_for(lock, 20s, [&] { return reads_ >= n; });
+  }
+
+ private:
+  const std::thread::id test_thread_ = std::this_thread::get_id();
+  mutable std::mutex reads_mu_;
+  mutable std::condition_variable reads_cv_;
+  engines::MonoTime mark_ = engines::MonoTime::max();
+  mutable int reads_ = 0;
+};
 
 // The scripted engines, with every GET /health held at a gate until the test
 // opens it; records which threads asked and how many asked at once.
@@ -149,7 +192,7 @@ class StartupChecksTest : public ::testing::Test {
   prometheus::Registry registry_;
   Metrics metrics_;
   Settings settings_;
-  testing::FakeClock clock_;
+  ReadCountingClock clock_;
   std::unique_ptr<Fleet> fleet_;
   std::unique_ptr<GatedEngines> engines_;
   std::unique_ptr<Prober> prober_;
@@ -211,15 +254,25 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
   ::testing::internal::CaptureStderr();
   checks_->Start();
   // A check is recorded when it starts; p0 is back in line (due on the clock
-  // from the failure) once it ended. Only then may the clock move.
+  // from the failure) once it ended, and d0's checker has ended: one idle
+  // checker is left. Only then may the clock move.
   ASSERT_TRUE(WaitUntil([&] {
-    return fleet_->Checked("d0") && Health("p0").size() == 1 && checks_->waiting() == 1;
+    return fleet_->Checked("d0") && Health("p0").size() == 1 && checks_->waiting() == 1 &&
+           checks_->running() == 1;
   }));
-  // Real time passes, the clock does not: no second check.
-  std::this_thread::sleep_for(50ms);
+  // The clock does not move: however often the checker looks at the line,
+  // p0 stays in it, unchecked. (Had a look started a check, p0 would have
+  // left the line before the next read, and be back only with its check
+  // recorded.)
+  clock_.MarkNow();
+  ASSERT_TRUE(clock_.WaitReads(2));
+  EXPECT_EQ(checks_->waiting(), 1u);
   EXPECT_EQ(Health("p0").size(), 1u);
+  // 1 ms short of the retry on the clock: still not due.
   clock_.Advance(59999ms);
-  std::this_thread::sleep_for(50ms);
+  clock_.MarkNow();
+  ASSERT_TRUE(clock_.WaitReads(2));
+  EXPECT_EQ(checks_->waiting(), 1u);
   EXPECT_EQ(Health("p0").size(), 1u);
   // Due on the clock: checked again at once, whatever the real time.
   clock_.Advance(1ms);
@@ -258,10 +311,12 @@ TEST_F(StartupChecksTest, AnEngineThatLeftIsDropped) {
   Checks(1000ms);
   ::testing::internal::CaptureStderr();
   checks_->Start();
-  // Only p1's checker is left, waiting for its retry.
+  // Only p1's checker is left, waiting for its retry: p1 is back in line
+  // (due on the clock from its failure) once its check ended. Only then may
+  // the clock move.
   ASSERT_TRUE(WaitUntil([&] {
     return fleet_->Checked("p0") && fleet_->Checked("d0") && Health("p1").size() == 1 &&
-           checks_->running() == 1;
+           checks_->waiting() == 1 && checks_->running() == 1;
   }));
   ASSERT_TRUE(fleet_->RemoveEngine("p1", MemberSource{SourceKind::kFile, ""}).ok());
   clock_.Advance(1s);
