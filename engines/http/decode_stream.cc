@@ -195,18 +195,16 @@ DecodeOutcome DecodeStream::Finish(DecodeLegEnd end) {
   } else if (end.timed_out == LegBound::kRequest) {
     f = DeadlineExpired(kPhase, consumer_.iid);
   } else if (end.timed_out == LegBound::kFirstToken) {
-    const std::string what =
-        metadata_frames_ == 0
-            ? "no frames at all"
-            : std::to_string(metadata_frames_) + " metadata frame(s) but no token";
+    const std::string what = metadata_frames_ == 0 ? "no frames at all"
+                                                   : std::to_string(metadata_frames_) +
+                                                         " metadata frame(s) but no token";
     // A silent engine is stream evidence; one that keeps emitting metadata
     // is busy rather than broken (overload).
-    f = MakeFailure(kPhase, consumer_.iid, FailureReason::kEngineTimeout,
-                    metadata_frames_ == 0 ? BreakerClass::kStream : BreakerClass::kOverload,
-                    FailureCause::kFirstTokenTimeout,
-                    "no first token within " + FormatSeconds(opts_.first_token_timeout_s) + ": " +
-                        what,
-                    true);
+    f = MakeFailure(
+        kPhase, consumer_.iid, FailureReason::kEngineTimeout,
+        metadata_frames_ == 0 ? BreakerClass::kStream : BreakerClass::kOverload,
+        FailureCause::kFirstTokenTimeout,
+        "no first token within " + FormatSeconds(opts_.first_token_timeout_s) + ": " + what, true);
   } else if (end.timed_out != LegBound::kNone) {
     f = MakeFailure(kPhase, consumer_.iid, FailureReason::kEngineTimeout, BreakerClass::kStream,
                     FailureCause::kReadTimeout,
@@ -228,16 +226,15 @@ DecodeOutcome DecodeStream::Finish(DecodeLegEnd end) {
   } else if (status_ == 0 && end.transport) {
     f = std::move(end.transport);
   } else if (status_ == 0) {
-    f = MakeFailure(kPhase, consumer_.iid, FailureReason::kEngineConnection,
-                    BreakerClass::kTimeout, FailureCause::kConnectionLost,
-                    "connection to engine lost before a response", true);
+    f = MakeFailure(kPhase, consumer_.iid, FailureReason::kEngineConnection, BreakerClass::kTimeout,
+                    FailureCause::kConnectionLost, "connection to engine lost before a response",
+                    true);
   } else if (!sse_.error().empty()) {
     f = MakeFailure(kPhase, consumer_.iid, FailureReason::kEngineError, BreakerClass::kStream,
                     FailureCause::kMalformedStream, "malformed stream: " + sse_.error(), true);
   } else {
     f = MakeFailure(kPhase, consumer_.iid, FailureReason::kEngineError, BreakerClass::kStream,
-                    FailureCause::kUnterminated, "stream ended before the [DONE] terminator",
-                    true);
+                    FailureCause::kUnterminated, "stream ended before the [DONE] terminator", true);
   }
   // Nobody took the handoff when the request never reached the consumer, or
   // the consumer refused it with an error status before streaming (before

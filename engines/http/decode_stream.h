@@ -40,7 +40,7 @@ struct LegAlarm {
 // How the transport ended, as the I/O loop saw it: what DecodeStream cannot
 // see from the bytes alone.
 struct DecodeLegEnd {
-  bool cancelled = false;         // the client went away (the cancel token fired)
+  bool cancelled = false;                // the client went away (the cancel token fired)
   LegBound timed_out = LegBound::kNone;  // the bound that expired, kNone if none
   // Why the head came too late: more interim (1xx) heads than the adapter
   // skips, or "".
@@ -50,7 +50,7 @@ struct DecodeLegEnd {
   // The failure to report when no response status arrived (connect failed,
   // connection lost); the loop words it from its socket error.
   std::optional<EngineFailure> transport;
-  std::string connection_key;     // "host:port", for the connect timeout's words
+  std::string connection_key;  // "host:port", for the connect timeout's words
 };
 
 class DecodeStream {
@@ -68,8 +68,8 @@ class DecodeStream {
 
   // A leg that starts at `started` (the first-token budget starts here,
   // before connect) and ends by `request_deadline` at the latest.
-  DecodeStream(const HttpEngineClientOptions& opts, const EngineTarget& consumer,
-               MonoTime started, MonoTime request_deadline, DecodeObserver& observer);
+  DecodeStream(const HttpEngineClientOptions& opts, const EngineTarget& consumer, MonoTime started,
+               MonoTime request_deadline, DecodeObserver& observer);
   DecodeStream(const DecodeStream&) = delete;
   DecodeStream& operator=(const DecodeStream&) = delete;
 
@@ -144,7 +144,7 @@ class DecodeStream {
   // transport reads: bytes of an event that never ends do not reset it.
   MonoTime silent_since_{};  // end of the last complete unit (after the first token)
   MonoTime flush_started_{};
-  MonoTime now_{};           // of the Body() call in progress
+  MonoTime now_{};  // of the Body() call in progress
   std::optional<LegAlarm> pending_alarm_;
 };
 

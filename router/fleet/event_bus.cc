@@ -12,6 +12,12 @@ constexpr size_t kEntryOverhead = 64;
 
 }  // namespace
 
+nlohmann::json PublishedEventJson(const PublishedEvent& e) {
+  nlohmann::json j = FleetEventJson(e.event, e.at);
+  j["seq"] = e.seq;
+  return j;
+}
+
 // ------------------------------------------------------------------ Watcher
 
 EventBus::Watcher::Watcher(const WatchLimits& limits, std::function<void()> wake)
@@ -95,19 +101,20 @@ long long EventBus::Watcher::dropped() const {
 
 // ------------------------------------------------------------------ EventBus
 
-size_t EventBus::ChargedBytes(const nlohmann::json& event) {
-  return event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() +
+size_t EventBus::ChargedBytes(const PublishedEvent& event) {
+  return PublishedEventJson(event)
+             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+             .size() +
          kEntryOverhead;
 }
 
-nlohmann::json EventBus::Publish(nlohmann::json event) {
+EventBus::SharedEvent EventBus::Publish(FleetEvent event, double at) {
   std::vector<std::shared_ptr<Subscriber>> targets;
   std::vector<std::shared_ptr<Watcher>> woken;
   SharedEvent shared;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    event["seq"] = ++seq_;
-    shared = std::make_shared<const nlohmann::json>(std::move(event));
+    shared = std::make_shared<const PublishedEvent>(PublishedEvent{++seq_, at, std::move(event)});
     recent_.push_back(shared);
     while (recent_.size() > history_) recent_.pop_front();
     for (auto& [id, s] : subscribers_) targets.push_back(s);
@@ -123,7 +130,7 @@ nlohmann::json EventBus::Publish(nlohmann::json event) {
   }
   for (const auto& w : woken) w->Wake();
   for (auto& s : targets) (*s)(*shared);
-  return *shared;
+  return shared;
 }
 
 int EventBus::Subscribe(Subscriber subscriber) {
@@ -166,7 +173,7 @@ EventBus::WatchStats EventBus::watch_stats() const {
 
 std::vector<nlohmann::json> EventBus::Since(long long after) const {
   std::vector<nlohmann::json> out;
-  for (const SharedEvent& e : SharedSince(after)) out.push_back(*e);
+  for (const SharedEvent& e : SharedSince(after)) out.push_back(PublishedEventJson(*e));
   return out;
 }
 
@@ -174,7 +181,7 @@ std::vector<EventBus::SharedEvent> EventBus::SharedSince(long long after) const 
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SharedEvent> out;
   for (const SharedEvent& e : recent_) {
-    if (e->value("seq", 0LL) > after) out.push_back(e);
+    if (e->seq > after) out.push_back(e);
   }
   return out;
 }

@@ -1,7 +1,9 @@
-// EventBus: fleet events (holds, ejections, probes, readmissions, preflight)
-// fanned out to live watchers (the admin WatchEvents stream) and kept in a
-// bounded history. Each event is a JSON object with `seq`, `at` (unix
-// seconds), `event` (its kind) and kind-specific fields. Thread-safe.
+// EventBus: fleet events (holds, ejections, probes, readmissions, preflight,
+// membership) fanned out to live watchers (the admin WatchEvents stream) and
+// kept in a bounded history. Each event stays typed (a FleetEvent with its
+// `seq` and `at`) until an edge turns it into its wire form: the admin
+// mappers into Event messages, PublishedEventJson into the JSON the journal
+// and history readers carry. Thread-safe.
 //
 // Two kinds of listeners:
 // - Subscribers: in-process callbacks (counters, tests). They run on the
@@ -26,12 +28,24 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "router/fleet/fleet_event.h"
 
 namespace narwhal::router {
+
+// One published event: the bus's sequence number, its wall time (unix
+// seconds) and the typed event.
+struct PublishedEvent {
+  long long seq = 0;
+  double at = 0;
+  FleetEvent event;
+};
+
+// Its wire form: FleetEventJson(event, at) with `seq`.
+nlohmann::json PublishedEventJson(const PublishedEvent& e);
 
 // Bounds of Watch(), chosen by the bus's consumer (the admin service).
 struct WatchLimits {
@@ -45,8 +59,8 @@ struct WatchLimits {
 
 class EventBus {
  public:
-  using Subscriber = std::function<void(const nlohmann::json& event)>;
-  using SharedEvent = std::shared_ptr<const nlohmann::json>;
+  using Subscriber = std::function<void(const PublishedEvent& event)>;
+  using SharedEvent = std::shared_ptr<const PublishedEvent>;
 
   // A bounded buffer of published events for one consumer (Watch()).
   class Watcher {
@@ -102,8 +116,9 @@ class EventBus {
 
   explicit EventBus(size_t history = 1000) : history_(history) {}
 
-  // Stamps `seq` and publishes. Returns the stamped event.
-  nlohmann::json Publish(nlohmann::json event);
+  // Stamps the next `seq` and publishes `event`, which happened at `at`
+  // (unix seconds). Returns the published event.
+  SharedEvent Publish(FleetEvent event, double at);
   int Subscribe(Subscriber subscriber);
   void Unsubscribe(int id);
 
@@ -115,13 +130,14 @@ class EventBus {
   void Unwatch(const std::shared_ptr<Watcher>& watcher);
   WatchStats watch_stats() const;
 
-  // Events with seq > `after`, oldest first (bounded by the history).
+  // Events with seq > `after`, oldest first (bounded by the history): their
+  // wire forms, and the events themselves.
   std::vector<nlohmann::json> Since(long long after) const;
   std::vector<SharedEvent> SharedSince(long long after) const;
 
-  // What a watcher's buffer is charged for `event`: its JSON text plus a
-  // fixed per-entry overhead.
-  static size_t ChargedBytes(const nlohmann::json& event);
+  // What a watcher's buffer is charged for `event`: its wire form's text
+  // plus a fixed per-entry overhead.
+  static size_t ChargedBytes(const PublishedEvent& event);
 
  private:
   const size_t history_;

@@ -90,22 +90,22 @@ struct EngineSnapshot {
   int reserved_decode = 0;
   // Entries of its prefix index (cache_aware placement; 0 otherwise).
   size_t prefix_index_chunks = 0;
-  // The hold keeping it out, if any: "timed" (quarantine) or "inference".
-  std::string hold_kind;
+  // The hold keeping it out, if any: kTimed (quarantine) or kInference.
+  HoldKind hold_kind = HoldKind::kNone;
   std::optional<double> hold_remaining_s;  // timed holds only
   std::string hold_cause;
   std::optional<double> held_for_s;
-  // Ejection.
-  std::string ejection_cause;
+  // Ejection (the cause is set while ejected).
+  std::optional<EjectCause> ejection_cause;
   std::string ejection_detail;
   std::optional<double> ejected_for_s;
-  std::string last_ejection_cause;
+  std::optional<EjectCause> last_ejection_cause;
   // Ejected and readmitted only through an inference probe (ejected by a
   // failed one, or while on an inference hold).
   bool inference_suspect = false;
-  // Probes.
-  std::string last_probe_kind;
-  std::string last_probe_outcome;
+  // Probes (kind and outcome are set once one ran).
+  std::optional<ProbeKind> last_probe_kind;
+  std::optional<ProbeOutcome> last_probe_outcome;
   std::string last_probe_detail;
   std::optional<double> last_probe_age_s;
   std::optional<double> next_probe_in_s;
@@ -308,12 +308,9 @@ class Fleet {
   void PublishAll();
   // Publishes an event that is not a breaker or link change (a preflight
   // run, a refused readmission): counted once (FleetEventCounts: metrics
-  // and the admin counters), logged, then serialized to the event bus and
-  // the journal.
+  // and the admin counters), logged, published typed to the event bus and
+  // written to the journal.
   void Publish(const FleetEvent& event);
-  // Publishes an event already in its wire form (logged at info, not
-  // counted): for markers and tests.
-  void PublishEvent(nlohmann::json event);
   // Each engine's event counts since start (admin GetBreakers).
   std::map<std::string, EngineEventCounts> EventCounts() const;
 

@@ -268,25 +268,25 @@ EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
   s.probe_running = e.probe_running;
   s.liveness_misses = e.liveness_misses;
   if (e.hold) {
-    s.hold_kind = "inference";
+    s.hold_kind = HoldKind::kInference;
     s.hold_cause = e.hold->cause;
     s.held_for_s = engines::Seconds(now - e.hold->started);
   } else if (e.quarantine && now < e.quarantine->until) {
-    s.hold_kind = "timed";
+    s.hold_kind = HoldKind::kTimed;
     s.hold_cause = e.quarantine->cause;
     s.hold_remaining_s = engines::Seconds(e.quarantine->until - now);
     s.held_for_s = engines::Seconds(now - e.quarantine->started);
   }
   if (e.ejection) {
-    s.ejection_cause = std::string(EjectCauseName(e.ejection->cause));
+    s.ejection_cause = e.ejection->cause;
     s.ejection_detail = e.ejection->detail;
     s.ejected_for_s = engines::Seconds(now - e.ejection->at);
     s.inference_suspect = e.ejection->inference_suspect;
   }
-  if (e.last_ejection_cause) s.last_ejection_cause = std::string(EjectCauseName(*e.last_ejection_cause));
+  s.last_ejection_cause = e.last_ejection_cause;
   if (e.last_probe) {
-    s.last_probe_kind = std::string(ProbeKindName(e.last_probe->kind));
-    s.last_probe_outcome = std::string(ProbeOutcomeName(e.last_probe->outcome));
+    s.last_probe_kind = e.last_probe->kind;
+    s.last_probe_outcome = e.last_probe->outcome;
     s.last_probe_detail = e.last_probe->detail;
     s.last_probe_age_s = engines::Seconds(now - e.last_probe->at);
   }
@@ -313,7 +313,8 @@ EngineSnapshot Fleet::SnapshotLocked(size_t i, MonoTime now) const {
       s.explanation = "drained by an operator; readmit to return it";
       break;
     case PlacementState::kEjected:
-      s.explanation = "ejected (" + s.ejection_cause + "): " + s.ejection_detail +
+      s.explanation = "ejected (" + std::string(EjectCauseName(e.ejection->cause)) +
+                      "): " + s.ejection_detail +
                       (operator_ejected ? "; returns when an operator readmits it"
                        : e.ejection->inference_suspect
                            ? "; returns when an inference probe passes"
@@ -405,18 +406,13 @@ void Fleet::Publish(const FleetEvent& event) {
   const LogLevel level = FleetEventLogLevel(event);
   const bool routine = IsRoutineFleetEvent(event);
   if (routine && !LogEnabled(level)) return;
-  nlohmann::json wire = FleetEventJson(event, clock_.WallNow());
+  const double at = clock_.WallNow();
+  // The log's and the journal's wire form; the bus keeps the event typed.
+  nlohmann::json wire = FleetEventJson(event, at);
   LogFleetEvent(level, wire);
   if (routine) return;  // counted and logged (debug) only
-  if (events_ != nullptr) wire = events_->Publish(std::move(wire));
+  if (events_ != nullptr) wire["seq"] = events_->Publish(event, at)->seq;
   if (journal_ != nullptr) journal_->Write(std::move(wire));
-}
-
-void Fleet::PublishEvent(nlohmann::json event) {
-  LogFleetEvent(LogLevel::kInfo, event);
-  if (!event.contains("at")) event["at"] = clock_.WallNow();
-  if (events_ != nullptr) event = events_->Publish(std::move(event));
-  if (journal_ != nullptr) journal_->Write(std::move(event));
 }
 
 void Fleet::ForgetCaches(const std::vector<BreakerEvent>& events) {

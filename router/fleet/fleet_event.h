@@ -1,8 +1,10 @@
 // FleetEvent: one typed fleet event (a breaker or link change, a probe, a
-// refused readmission, a preflight run). The fleet publishes these; the
-// serializers here turn one into its wire form — the JSON object the event
-// bus, the journal and the log carry (`event`, `at`, `iid` and the kind's
-// fields), whose names and fields never change — and choose its log level.
+// refused readmission, a preflight run, a join or leave). The fleet
+// publishes these typed to the event bus; the serializer here turns one into
+// its wire form at the edges — the JSON object the journal and the log carry
+// (`event`, `at`, `iid` and the kind's fields), whose names and fields never
+// change — and chooses its log level. The admin API maps the typed event
+// itself (server/admin/admin_mappers).
 #ifndef NARWHAL_ROUTER_FLEET_FLEET_EVENT_H_
 #define NARWHAL_ROUTER_FLEET_FLEET_EVENT_H_
 

@@ -1,6 +1,6 @@
 // The kinds of fleet event and the hold kinds they name, as enums. The
 // books (breaker_book, link_book) and the fleet carry these; only the
-// serializers (router/fleet/fleet_event.cc: journal, log and event bus; the admin
+// serializers (router/fleet/fleet_event.cc: journal and log; the admin
 // mappers) turn them into their wire names, which never change.
 #ifndef NARWHAL_ROUTER_FLEET_FLEET_EVENT_KIND_H_
 #define NARWHAL_ROUTER_FLEET_FLEET_EVENT_KIND_H_

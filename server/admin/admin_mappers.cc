@@ -1,11 +1,6 @@
 #include "server/admin/admin_mappers.h"
 
-#include <algorithm>
-#include <iterator>
-#include <string_view>
-
 #include "engines/engine_failure.h"
-#include "server/admin/struct_codec.h"
 
 namespace narwhal::server {
 namespace {
@@ -13,9 +8,8 @@ namespace {
 namespace pb = narwhal::admin::v1;
 using router::EngineSnapshot;
 
-std::string JsonString(const nlohmann::json& event, const char* key) {
-  auto it = event.find(key);
-  return it != event.end() && it->is_string() ? it->get<std::string>() : std::string();
+std::string LastEjectionCause(const EngineSnapshot& s) {
+  return s.last_ejection_cause ? std::string(router::EjectCauseName(*s.last_ejection_cause)) : "";
 }
 
 void FillStreak(const EngineSnapshot& s, google::protobuf::Map<std::string, int32_t>* out) {
@@ -26,21 +20,23 @@ void FillStreak(const EngineSnapshot& s, google::protobuf::Map<std::string, int3
 }
 
 void FillHold(const EngineSnapshot& s, pb::Hold* out) {
-  out->set_kind(s.hold_kind);
+  out->set_kind(std::string(router::HoldKindName(s.hold_kind)));
   if (s.hold_remaining_s) out->set_remaining_s(*s.hold_remaining_s);
   out->set_cause(s.hold_cause);
   out->set_held_for_s(s.held_for_s.value_or(0));
 }
 
 void FillEjection(const EngineSnapshot& s, pb::Ejection* out) {
-  out->set_cause(s.ejection_cause);
+  if (s.ejection_cause) out->set_cause(std::string(router::EjectCauseName(*s.ejection_cause)));
   out->set_detail(s.ejection_detail);
   out->set_ejected_for_s(s.ejected_for_s.value_or(0));
 }
 
 void FillProbe(const EngineSnapshot& s, pb::Probe* out) {
-  out->set_kind(s.last_probe_kind);
-  out->set_outcome(s.last_probe_outcome);
+  if (s.last_probe_kind) out->set_kind(std::string(router::ProbeKindName(*s.last_probe_kind)));
+  if (s.last_probe_outcome) {
+    out->set_outcome(std::string(router::ProbeOutcomeName(*s.last_probe_outcome)));
+  }
   out->set_detail(s.last_probe_detail);
   out->set_age_s(s.last_probe_age_s.value_or(0));
 }
@@ -51,35 +47,46 @@ pb::Pairs PairsProto(router::PairMode mode) {
 
 }  // namespace
 
-void FillEvent(const nlohmann::json& event, pb::Event* out) {
+void FillEvent(const router::PublishedEvent& published, pb::Event* out) {
+  using router::FleetEventKind;
+  const router::FleetEvent& e = published.event;
   out->Clear();
-  out->set_seq(event.value("seq", 0LL));
-  auto at = event.find("at");
-  if (at != event.end() && at->is_number()) out->set_at(at->get<double>());
-  out->set_kind(JsonString(event, "event"));
-  out->set_iid(JsonString(event, "iid"));
-  out->set_hold_kind(JsonString(event, "hold_kind"));
-  out->set_cause(JsonString(event, "cause"));
-  out->set_evidence(JsonString(event, "evidence"));
-  out->set_probe_kind(JsonString(event, "probe_kind"));
-  out->set_outcome(JsonString(event, "outcome"));
-  out->set_producer(JsonString(event, "producer"));
-  out->set_detail(JsonString(event, "detail"));
-  out->set_source(JsonString(event, "source"));
-  out->set_url(JsonString(event, "url"));
-  // `fields` holds only what the typed fields above do not.
-  static constexpr std::string_view kTyped[] = {
-      "seq",         "at",      "event",    "iid",    "hold_kind", "cause", "evidence",
-      "probe_kind",  "outcome", "producer", "detail", "source",    "url"};
-  nlohmann::json rest = nlohmann::json::object();
-  if (event.is_object()) {
-    for (const auto& [key, value] : event.items()) {
-      if (std::find(std::begin(kTyped), std::end(kTyped), key) == std::end(kTyped)) {
-        rest[key] = value;
-      }
-    }
+  out->set_seq(published.seq);
+  out->set_at(published.at);
+  out->set_kind(std::string(router::FleetEventKindName(e.kind)));
+  auto& fields = *out->mutable_fields()->mutable_fields();
+  if (e.preflight) {
+    // A run of the whole fleet: its outcome, detail and summary only.
+    const router::PreflightSummary& p = *e.preflight;
+    out->set_outcome(p.passed ? "passed" : "failed");
+    out->set_detail(e.detail);
+    fields["trigger"].set_string_value(p.trigger);
+    fields["pairs"].set_string_value(p.pairs == router::PairMode::kRing ? "ring" : "mesh");
+    fields["duration_s"].set_number_value(p.duration_s);
+    auto& gates = *fields["gates"].mutable_struct_value()->mutable_fields();
+    for (const auto& [gate, result] : p.gates) gates[gate].set_string_value(result);
+    fields["transfers"].set_number_value(static_cast<double>(p.transfers));
+    fields["transfers_passed"].set_number_value(p.transfers_passed);
+    return;
   }
-  JsonToStruct(rest, out->mutable_fields());
+  out->set_iid(e.iid);
+  out->set_hold_kind(std::string(router::HoldKindName(e.hold_kind)));
+  out->set_cause(e.cause);
+  out->set_evidence(e.evidence);
+  if (e.probe_kind) out->set_probe_kind(std::string(router::ProbeKindName(*e.probe_kind)));
+  if (e.outcome) out->set_outcome(std::string(router::ProbeOutcomeName(*e.outcome)));
+  if (e.link_outcome) {
+    out->set_outcome(std::string(router::LinkProbeOutcomeName(*e.link_outcome)));
+  }
+  out->set_producer(e.producer);
+  out->set_detail(e.detail);
+  out->set_source(e.source);
+  out->set_url(e.url);
+  // `fields`: only what the typed fields above do not hold.
+  if (e.kind == FleetEventKind::kLinkHeld || e.kind == FleetEventKind::kLinkProbe ||
+      e.kind == FleetEventKind::kLinkReadmitted) {
+    fields["consumer"].set_string_value(e.consumer);
+  }
 }
 
 void FillEngine(const EngineSnapshot& s, pb::Engine* out) {
@@ -89,10 +96,10 @@ void FillEngine(const EngineSnapshot& s, pb::Engine* out) {
   out->set_role(router::RoleName(s.settings.role));
   out->set_state(std::string(router::PlacementStateName(s.state)));
   FillStreak(s, out->mutable_streak());
-  if (!s.hold_kind.empty()) FillHold(s, out->mutable_hold());
-  if (!s.ejection_cause.empty()) FillEjection(s, out->mutable_ejection());
-  out->set_last_ejection_cause(s.last_ejection_cause);
-  if (!s.last_probe_kind.empty()) FillProbe(s, out->mutable_last_probe());
+  if (s.hold_kind != router::HoldKind::kNone) FillHold(s, out->mutable_hold());
+  if (s.ejection_cause) FillEjection(s, out->mutable_ejection());
+  out->set_last_ejection_cause(LastEjectionCause(s));
+  if (s.last_probe_kind) FillProbe(s, out->mutable_last_probe());
   if (s.next_probe_in_s) out->set_next_probe_in_s(*s.next_probe_in_s);
   out->set_probe_failures(s.probe_failures);
   out->set_probe_running(s.probe_running);
@@ -110,10 +117,10 @@ void FillBreakerEntry(const EngineSnapshot& s, const router::EngineEventCounts& 
   e->set_iid(s.settings.iid);
   e->set_state(std::string(router::PlacementStateName(s.state)));
   FillStreak(s, e->mutable_streak());
-  if (!s.hold_kind.empty()) FillHold(s, e->mutable_hold());
-  if (!s.ejection_cause.empty()) FillEjection(s, e->mutable_ejection());
-  e->set_last_ejection_cause(s.last_ejection_cause);
-  if (!s.last_probe_kind.empty()) FillProbe(s, e->mutable_last_probe());
+  if (s.hold_kind != router::HoldKind::kNone) FillHold(s, e->mutable_hold());
+  if (s.ejection_cause) FillEjection(s, e->mutable_ejection());
+  e->set_last_ejection_cause(LastEjectionCause(s));
+  if (s.last_probe_kind) FillProbe(s, e->mutable_last_probe());
   if (s.next_probe_in_s) e->set_next_probe_in_s(*s.next_probe_in_s);
   e->set_probe_failures(s.probe_failures);
   e->set_probe_running(s.probe_running);

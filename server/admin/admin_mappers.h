@@ -8,15 +8,17 @@
 
 #include "narwhal/admin/v1/admin.pb.h"
 #include "router/common/settings.h"
+#include "router/fleet/event_bus.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/fleet_event_counts.h"
 #include "router/fleet/preflight.h"
 
 namespace narwhal::server {
 
-// An event in its wire form (router/fleet/fleet_event.h) to Event; every field
-// also goes to Event.fields.
-void FillEvent(const nlohmann::json& event, narwhal::admin::v1::Event* out);
+// A published fleet event (router/fleet/event_bus.h) to Event: its typed
+// fields, and in Event.fields only what they do not cover (a link event's
+// consumer, a preflight run's summary).
+void FillEvent(const router::PublishedEvent& event, narwhal::admin::v1::Event* out);
 void FillEngine(const router::EngineSnapshot& s, narwhal::admin::v1::Engine* out);
 void FillBreakerEntry(const router::EngineSnapshot& s, const router::EngineEventCounts& counts,
                       narwhal::admin::v1::BreakerEntry* out);

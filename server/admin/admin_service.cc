@@ -181,7 +181,7 @@ grpc::ServerUnaryReactor* AdminService::ListQuarantine(grpc::CallbackServerConte
                                                        pb::ListQuarantineResponse* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
   for (const EngineSnapshot& s : fleet_.Snapshot()) {
-    if (s.hold_kind != "timed") continue;
+    if (s.hold_kind != router::HoldKind::kTimed) continue;
     FillQuarantine(s, response->add_engines());
   }
   return FinishNow(context, grpc::Status::OK);

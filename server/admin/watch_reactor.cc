@@ -71,7 +71,7 @@ class AdminService::WatchReactor : public grpc::ServerWriteReactor<pb::Event> {
     if (request.has_since_seq()) {
       replay_until_ = request.since_seq();
       for (router::EventBus::SharedEvent& e : service_.events_.SharedSince(request.since_seq())) {
-        replay_until_ = std::max(replay_until_, e->value("seq", 0LL));
+        replay_until_ = std::max(replay_until_, e->seq);
         replay_.push_back(std::move(e));
       }
     }
@@ -108,7 +108,7 @@ class AdminService::WatchReactor : public grpc::ServerWriteReactor<pb::Event> {
     } else {
       do {
         if (!watcher_->TryPop(&event)) return;  // the watcher wakes us on the next one
-      } while (event->value("seq", 0LL) <= replay_until_);
+      } while (event->seq <= replay_until_);
     }
     FillEvent(*event, &message_);
     writing_ = true;

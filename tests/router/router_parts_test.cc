@@ -452,7 +452,7 @@ TEST_F(FleetTest, B15_QuarantineGaugeAndReadiness) {
   f.breaker_class = BreakerClass::kConnection;
   fleet.RecordFailure(f);
   EXPECT_EQ(fleet.Snapshot()[0].state, PlacementState::kQuarantined);
-  EXPECT_EQ(fleet.Snapshot()[0].hold_kind, "timed");
+  EXPECT_EQ(fleet.Snapshot()[0].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_quarantined", {{"iid", "p0"}}), 1);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_in_placement", {{"iid", "p0"}}), 0);
   std::string why;

@@ -1139,7 +1139,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
 
   EngineSnapshot s = Snap(failed);
   EXPECT_EQ(s.state, PlacementState::kQuarantined);
-  EXPECT_EQ(s.hold_kind, "timed");
+  EXPECT_EQ(s.hold_kind, HoldKind::kTimed);
   ASSERT_TRUE(s.hold_remaining_s.has_value());
   EXPECT_DOUBLE_EQ(*s.hold_remaining_s, 5.0);
   EXPECT_THAT(s.hold_cause, HasSubstr("engine_connection"));
@@ -1266,7 +1266,7 @@ TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
   }
   ASSERT_FALSE(held.empty());
   const std::string other = held == "d0" ? "d1" : "d0";
-  EXPECT_EQ(Snap(held).hold_kind, "inference");
+  EXPECT_EQ(Snap(held).hold_kind, HoldKind::kInference);
   EXPECT_EQ(Metric("narwhal_engine_held", {{"iid", held}, {"kind", "inference"}}), 1);
   EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", held}}), 0);
   fake_.ClearQueues();
@@ -1527,29 +1527,47 @@ TEST_F(RouterTest, DrainWithNothingLeftCutsNothing) {
   EXPECT_EQ(router_->Drain(0s, loops_.executor(0)), 0u);
 }
 
-// The grace period is measured on the injected clock: 29 fake seconds into
-// a 30 s grace the stalled request still runs; at 30 s it is cancelled and
-// Drain returns. No real time passes in between beyond loop turns.
+// Whether `clock` has a timer waiting for exactly `deadline`.
+bool HasTimerAt(const nt::FakeClock& clock, engines::MonoTime deadline) {
+  const std::vector<engines::MonoTime> armed = clock.pending_deadlines();
+  return std::find(armed.begin(), armed.end(), deadline) != armed.end();
+}
+
+// Waits (real time, bounded) until it has.
+bool WaitTimerAt(const nt::FakeClock& clock, engines::MonoTime deadline) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!HasTimerAt(clock, deadline)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// The grace period is measured on the injected clock: Drain arms its grace
+// timer for exactly 30 s on the clock; 29 fake seconds in, once the loop ran
+// whatever came due, that timer still waits and the stalled request still
+// runs; at 30 s it is cancelled and Drain returns, with the clock at 30 s.
+// No real time passes in between beyond loop turns.
 TEST_F(RouterTest, DrainGraceRunsOnTheInjectedClock) {
   Start();
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
   std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
-  const size_t timers_before = clock_.pending_timers();
+  const engines::MonoTime grace_end = clock_.Now() + 30s;
   std::atomic<bool> drained{false};
+  engines::MonoTime drained_at{};
   std::thread drainer([&] {
     router_->Drain(30s, loops_.executor(0));
+    drained_at = clock_.Now();
     drained = true;
   });
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (clock_.pending_timers() <= timers_before && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_GT(clock_.pending_timers(), timers_before) << "the grace timer was never armed";
+  ASSERT_TRUE(WaitTimerAt(clock_, grace_end)) << "the grace timer was never armed at 30 s";
   clock_.Advance(29s);
-  // Let the loop run the timers that are due and Drain look at its flag.
+  // The loop runs the timers that came due (none may be the grace's).
   engines::RunBlocking<bool>(loops_.executor(0), []() -> engines::Awaitable<bool> { co_return true; });
-  std::this_thread::sleep_for(50ms);
+  // Drain releases its timer only once its wait ended: still armed, the
+  // grace has not ended, and the request was not cut.
+  EXPECT_TRUE(HasTimerAt(clock_, grace_end)) << "the grace ended before 30 s on the clock";
   EXPECT_FALSE(drained.load()) << "Drain ended before its grace on the injected clock";
   EXPECT_FALSE(fake_.decode_calls()[0].saw_cancel);
   clock_.Advance(1s);
@@ -1559,6 +1577,8 @@ TEST_F(RouterTest, DrainGraceRunsOnTheInjectedClock) {
   }
   EXPECT_TRUE(drained.load()) << "the grace ended on the clock but Drain did not return";
   drainer.join();
+  EXPECT_EQ(drained_at, grace_end);
+  EXPECT_FALSE(HasTimerAt(clock_, grace_end));
   Result r = Collect(*channel);
   EXPECT_EQ(r.outcome.terminal, Terminal::kFailed);
   EXPECT_EQ(r.outcome.reason, Reason::kShuttingDown);
@@ -1567,23 +1587,34 @@ TEST_F(RouterTest, DrainGraceRunsOnTheInjectedClock) {
 }
 
 // A request that ends within the grace lets Drain return without any time
-// passing on the clock.
+// passing on the clock: Drain waits on its grace timer (armed for 30 s on
+// the clock, which never moves), the request ends as the client's
+// cancellation, and Drain returns having cut nothing.
 TEST_F(RouterTest, DrainReturnsWhenTheLastRequestEnds) {
   Start();
   fake_.QueueDecode(nt::DecodeStep::BlockAfter({}));
   std::shared_ptr<nt::TestSink> channel = Submit(MakeRequest(true));
   ASSERT_TRUE(fake_.WaitForBlocked(1));
+  const engines::MonoTime t0 = clock_.Now();
   std::atomic<bool> drained{false};
+  size_t cut = 0;
   std::thread drainer([&] {
-    router_->Drain(30s, loops_.executor(0));
+    cut = router_->Drain(30s, loops_.executor(0));
     drained = true;
   });
-  std::this_thread::sleep_for(30ms);
+  // Drain waits for its grace on the clock; the request still runs.
+  ASSERT_TRUE(WaitTimerAt(clock_, t0 + 30s)) << "the grace timer was never armed at 30 s";
   EXPECT_FALSE(drained.load());
+  EXPECT_FALSE(fake_.decode_calls()[0].saw_cancel);
   channel->cancel_token().Cancel();  // the client goes away: the request ends
   drainer.join();
   EXPECT_TRUE(drained.load());
+  // The request ended before any cut: the client's cancellation, not a
+  // shutdown failure; the grace timer released; the clock never moved.
+  EXPECT_EQ(cut, 0u);
   EXPECT_EQ(Collect(*channel).outcome.terminal, Terminal::kCancelled);
+  EXPECT_FALSE(HasTimerAt(clock_, t0 + 30s));
+  EXPECT_EQ(clock_.Now(), t0);
 }
 
 TEST_F(RouterTest, RecordRefusedJournalsAndCounts) {

@@ -38,7 +38,7 @@ router::Settings TestSettings() {
   return s;
 }
 
-class CountingBook : public AdmissionBook {
+class DoorCountingBook : public AdmissionBook {
  public:
   std::string NewRequestId() override { return "r" + std::to_string(++ids); }
   void RecordRefused(const router::Request&, const router::Outcome& outcome) override {
@@ -113,7 +113,7 @@ TEST(HttpGenerationRequestTest, BodyIsParsedAndValidated) {
 TEST(HttpGenerationRequestTest, AdmittedAsARouterRequest) {
   const router::Settings settings = TestSettings();
   narwhal::testing::FakeClock clock;
-  CountingBook book;
+  DoorCountingBook book;
   const RequestAdmission admission(settings, clock, "k", book);
   HttpRequest r = Post("/v1/completions", R"({"model":"m","prompt":"hi","max_tokens":4})");
   r.set(http::field::authorization, "Bearer k");

@@ -23,10 +23,10 @@ const MonoTime kT0 = MonoTime{} + seconds(1000);
 MonoTime At(double s) { return kT0 + FromSeconds(s); }
 
 json StreamDescriptor() {
-  return json{{"do_remote_prefill", true},   {"do_remote_decode", false},
-              {"remote_block_ids", {1, 2}},  {"remote_engine_id", "e-1"},
-              {"remote_request_id", "r-1"},  {"remote_host", "10.0.0.11"},
-              {"remote_port", 5600},         {"tp_size", 1}};
+  return json{{"do_remote_prefill", true},  {"do_remote_decode", false},
+              {"remote_block_ids", {1, 2}}, {"remote_engine_id", "e-1"},
+              {"remote_request_id", "r-1"}, {"remote_host", "10.0.0.11"},
+              {"remote_port", 5600},        {"tp_size", 1}};
 }
 
 PrefillResult StreamHandoff() {
@@ -284,11 +284,9 @@ TEST_F(DecodeStreamTest, ReadTimeoutAndDeadlineAndConnectTimeoutAreTold) {
 TEST_F(DecodeStreamTest, AnInStreamErrorIsClassifiedAsOne) {
   DecodeStream& s = Streaming();
   ASSERT_TRUE(s.Body(Token("a"), At(1)));
-  EXPECT_FALSE(s.Body("data: " +
-                          json{{"error", {{"code", 503}, {"message", "engine overloaded"}}}}
-                              .dump() +
-                          "\n\n",
-                      At(2)));
+  EXPECT_FALSE(s.Body(
+      "data: " + json{{"error", {{"code", 503}, {"message", "engine overloaded"}}}}.dump() + "\n\n",
+      At(2)));
   const DecodeOutcome out = s.Finish({});
   ASSERT_TRUE(out.failure);
   EXPECT_EQ(out.failure->engine_status, 503);

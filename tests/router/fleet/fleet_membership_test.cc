@@ -335,7 +335,7 @@ TEST_F(FleetMembershipTest, B21_AnEngineReturningWithinRememberSResumesItsBreake
   ASSERT_EQ(RunJoins(), 1);
   // Joined, and still ejected until a probe (here: the operator) readmits it.
   EXPECT_EQ(State("d1"), PlacementState::kEjected);
-  EXPECT_EQ(fleet_->Snapshot("d1")->ejection_cause, "operator");
+  EXPECT_EQ(fleet_->Snapshot("d1")->ejection_cause, EjectCause::kOperator);
 
   // After remember_s it starts afresh.
   ASSERT_TRUE(fleet_->Eject("d1", "again").ok());

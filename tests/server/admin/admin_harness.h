@@ -67,6 +67,16 @@ class AdminHarness {
   narwhal::admin::v1::Admin::Stub& stub() { return *stub_; }
   router::Fleet& fleet() { return *fleet_; }
   router::EventBus& events() { return events_; }
+  // Publishes a marker through the fleet, as any fleet event goes: an
+  // engine_hold_suppressed event whose iid is `name` (the bus and the
+  // WatchEvents streams treat every kind alike).
+  void Mark(const std::string& name, std::string detail = "") {
+    router::FleetEvent event;
+    event.kind = router::FleetEventKind::kEngineHoldSuppressed;
+    event.iid = name;
+    event.detail = std::move(detail);
+    fleet_->Publish(event);
+  }
   server::AdminService& service() { return *service_; }
   grpc::Server& server() { return *server_; }
   prometheus::Registry& registry() { return registry_; }

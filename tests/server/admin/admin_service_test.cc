@@ -86,6 +86,14 @@ class Watcher {
     return false;
   }
 
+  // The next marker `name` (AdminHarness::Mark), skipping other events.
+  bool NextMarker(const std::string& name, pb::Event* event) {
+    while (reader_->Read(event)) {
+      if (event->iid() == name) return true;
+    }
+    return false;
+  }
+
   // Once, after Next() returned false.
   grpc::Status Finish() {
     finished_ = true;
@@ -680,24 +688,24 @@ TEST(AdminServiceTest, TokenIsRequiredWhenConfigured) {
     EXPECT_FALSE(watcher.Next(&event));
     EXPECT_EQ(watcher.Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   Watcher watcher(h, 0, "s3cret-token");
   pb::Event event;
-  ASSERT_TRUE(watcher.NextOfKind("test_marker", &event));
+  ASSERT_TRUE(watcher.NextMarker("test_marker", &event));
 }
 
 // ------------------------------------------------------------------ events
 
 TEST(AdminServiceTest, WatchEventsReplaysSinceSeqThenStreamsNewEvents) {
   AdminHarness h(AdminTestSettings(OfflineEngines()));
-  for (int i = 1; i <= 3; ++i) h.fleet().PublishEvent({{"event", "test_marker"}, {"n", i}});
+  for (int i = 1; i <= 3; ++i) h.Mark("test_marker", std::to_string(i));
 
   Watcher watcher(h, 1);
   pb::Event event;
   ASSERT_TRUE(watcher.Next(&event));
   EXPECT_EQ(event.seq(), 2);
-  EXPECT_EQ(event.kind(), "test_marker");
-  EXPECT_EQ(event.fields().fields().at("n").number_value(), 2);
+  EXPECT_EQ(event.iid(), "test_marker");
+  EXPECT_EQ(event.detail(), "2");
   ASSERT_TRUE(watcher.Next(&event));
   EXPECT_EQ(event.seq(), 3);
 
@@ -714,13 +722,13 @@ TEST(AdminServiceTest, WatchEventsReplaysSinceSeqThenStreamsNewEvents) {
 
 TEST(AdminServiceTest, WatchEventsWithoutSinceSeqStreamsOnlyNewEvents) {
   AdminHarness h(AdminTestSettings(OfflineEngines()));
-  for (int i = 1; i <= 3; ++i) h.fleet().PublishEvent({{"event", "old_marker"}});
+  for (int i = 1; i <= 3; ++i) h.Mark("old_marker");
   Watcher watcher(h, std::nullopt);
   // The stream has no way to say it is subscribed: publish until it sees one.
   std::atomic<bool> stop{false};
   std::thread publisher([&] {
     while (!stop) {
-      h.fleet().PublishEvent({{"event", "new_marker"}});
+      h.Mark("new_marker");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -729,7 +737,7 @@ TEST(AdminServiceTest, WatchEventsWithoutSinceSeqStreamsOnlyNewEvents) {
   stop = true;
   publisher.join();
   ASSERT_TRUE(got);
-  EXPECT_EQ(event.kind(), "new_marker");
+  EXPECT_EQ(event.iid(), "new_marker");
   EXPECT_GT(event.seq(), 3);
 }
 
@@ -741,7 +749,7 @@ TEST(AdminServiceTest, SlowWatcherIsEndedWithoutBlockingPublishers) {
   // (sanitizer) build still publishes the flood.
   options.watch_stall_timeout = std::chrono::seconds(60);
   AdminHarness h(AdminTestSettings(OfflineEngines()), options);
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   Watcher slow(h, 0);
   pb::Event event;
   ASSERT_TRUE(slow.Next(&event));  // subscribed; from here on it reads nothing
@@ -753,7 +761,7 @@ TEST(AdminServiceTest, SlowWatcherIsEndedWithoutBlockingPublishers) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kEvents; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    h.fleet().PublishEvent({{"event", "flood"}, {"detail", detail}});
+    h.Mark("flood", detail);
     slowest = std::max(slowest, std::chrono::steady_clock::now() - t0);
   }
   const auto total = std::chrono::steady_clock::now() - start;
@@ -770,13 +778,13 @@ TEST(AdminServiceTest, SlowWatcherIsEndedWithoutBlockingPublishers) {
 
   // Others are unaffected.
   Watcher fresh(h, kEvents);
-  h.fleet().PublishEvent({{"event", "after_flood"}});
-  ASSERT_TRUE(fresh.NextOfKind("after_flood", &event));
+  h.Mark("after_flood");
+  ASSERT_TRUE(fresh.NextMarker("after_flood", &event));
 }
 
 TEST(AdminServiceTest, ShutdownEndsWatchStreamsPromptly) {
   AdminHarness h(AdminTestSettings(OfflineEngines()));
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   Watcher watcher(h, 0);
   pb::Event event;
   ASSERT_TRUE(watcher.Next(&event));

@@ -28,8 +28,14 @@ using router::WatchLimits;
 using std::chrono_literals::operator""ms;
 using std::chrono_literals::operator""s;
 
-json Sized(int n, size_t detail_bytes) {
-  return {{"event", "flood"}, {"n", n}, {"detail", std::string(detail_bytes, 'x')}};
+// Event `n` of a flood, carrying `detail_bytes` of detail.
+router::FleetEvent Sized(int n, size_t detail_bytes) {
+  router::FleetEvent event;
+  event.kind = router::FleetEventKind::kEngineHoldSuppressed;
+  event.iid = "flood";
+  event.cause = std::to_string(n);
+  event.detail = std::string(detail_bytes, 'x');
+  return event;
 }
 
 WatchLimits Limits(size_t max_watchers, size_t buffer_bytes, size_t buffer_events = 0) {
@@ -61,8 +67,8 @@ TEST(EventBusTest, WatchersBeyondTheCapAreRefusedAndCounted) {
   EXPECT_EQ(bus.watch_stats().open, 2u);
   // Subscribers (in-process callbacks) are not watchers.
   int seen = 0;
-  const int id = bus.Subscribe([&](const json&) { ++seen; });
-  bus.Publish({{"event", "x"}});
+  const int id = bus.Subscribe([&](const router::PublishedEvent&) { ++seen; });
+  bus.Publish(Sized(0, 1), 0);
   EXPECT_EQ(seen, 1);
   bus.Unsubscribe(id);
 }
@@ -75,7 +81,7 @@ TEST(EventBusTest, SlowWatcherBufferNeverExceedsItsBoundInBytes) {
   ASSERT_NE(slow, nullptr);
   constexpr int kEvents = 2000;
   for (int i = 0; i < kEvents; ++i) {
-    bus.Publish(Sized(i, 500));
+    bus.Publish(Sized(i, 500), 0);
     ASSERT_LE(slow->buffered_bytes(), kBound) << "after event " << i;
   }
   EXPECT_TRUE(slow->overflowed());
@@ -94,7 +100,7 @@ TEST(EventBusTest, SlowWatcherBufferNeverExceedsItsBoundInBytes) {
 TEST(EventBusTest, AnEventLargerThanTheBoundOverflowsRatherThanExceedIt) {
   EventBus bus;
   auto w = bus.Watch(Limits(1, 1024), nullptr);
-  bus.Publish(Sized(0, 4096));
+  bus.Publish(Sized(0, 4096), 0);
   EXPECT_TRUE(w->overflowed());
   EXPECT_EQ(w->peak_bytes(), 0u);
 }
@@ -102,10 +108,10 @@ TEST(EventBusTest, AnEventLargerThanTheBoundOverflowsRatherThanExceedIt) {
 TEST(EventBusTest, EventCountBoundOverflowsToo) {
   EventBus bus;
   auto w = bus.Watch(Limits(1, 1 << 20, /*buffer_events=*/4), nullptr);
-  for (int i = 0; i < 4; ++i) bus.Publish(Sized(i, 10));
+  for (int i = 0; i < 4; ++i) bus.Publish(Sized(i, 10), 0);
   EXPECT_FALSE(w->overflowed());
   EXPECT_EQ(w->buffered_events(), 4u);
-  bus.Publish(Sized(4, 10));
+  bus.Publish(Sized(4, 10), 0);
   EXPECT_TRUE(w->overflowed());
   EXPECT_EQ(w->dropped(), 5);
 }
@@ -122,10 +128,10 @@ TEST(EventBusTest, WatcherThatKeepsUpGetsEveryEventInOrder) {
     EventBus::SharedEvent e;
     while (true) {
       if (fast->TryPop(&e)) {
-        seqs.push_back(e->value("seq", 0LL));
+        seqs.push_back(e->seq);
       } else if (done) {
         if (!fast->TryPop(&e)) break;
-        seqs.push_back(e->value("seq", 0LL));
+        seqs.push_back(e->seq);
       } else {
         std::this_thread::yield();
       }
@@ -133,7 +139,7 @@ TEST(EventBusTest, WatcherThatKeepsUpGetsEveryEventInOrder) {
   });
   constexpr int kEvents = 3000;
   for (int i = 0; i < kEvents; ++i) {
-    bus.Publish(Sized(i, 200));
+    bus.Publish(Sized(i, 200), 0);
     if (i % 50 == 0) std::this_thread::sleep_for(1ms);  // a pace a reader keeps up with
   }
   done = true;
@@ -151,25 +157,26 @@ TEST(EventBusTest, CloseEmptiesAndWakes) {
   EventBus bus;
   int wakes = 0;
   auto w = bus.Watch(Limits(1, 1 << 20), [&] { ++wakes; });
-  bus.Publish(Sized(0, 10));
+  bus.Publish(Sized(0, 10), 0);
   EXPECT_EQ(w->buffered_events(), 1u);
   w->Close();
   EXPECT_TRUE(w->closed());
   EXPECT_EQ(w->buffered_bytes(), 0u);
   EXPECT_EQ(wakes, 2);
-  bus.Publish(Sized(1, 10));
+  bus.Publish(Sized(1, 10), 0);
   EXPECT_EQ(w->buffered_events(), 0u);
   EXPECT_EQ(wakes, 2);
 }
 
 TEST(EventBusTest, HistoryIsSharedWithWatchersAndBounded) {
   EventBus bus(/*history=*/10);
-  for (int i = 0; i < 25; ++i) bus.Publish(Sized(i, 10));
+  for (int i = 0; i < 25; ++i) bus.Publish(Sized(i, 10), 0);
   const std::vector<EventBus::SharedEvent> recent = bus.SharedSince(0);
   ASSERT_EQ(recent.size(), 10u);
-  EXPECT_EQ(recent.front()->value("seq", 0LL), 16);
+  EXPECT_EQ(recent.front()->seq, 16);
   EXPECT_EQ(bus.Since(20).size(), 5u);
-  EXPECT_GT(EventBus::ChargedBytes(*recent.front()), recent.front()->dump().size());
+  EXPECT_GT(EventBus::ChargedBytes(*recent.front()),
+            router::PublishedEventJson(*recent.front()).dump().size());
 }
 
 // ------------------------------------------------------------------ WatchEvents
@@ -190,9 +197,10 @@ class CappedWatcher {
     reader_->Finish();
   }
   bool Next(pb::Event* event) { return reader_->Read(event); }
-  bool NextOfKind(const std::string& kind, pb::Event* event) {
+  // The next marker `name` (AdminHarness::Mark), skipping other events.
+  bool NextMarker(const std::string& name, pb::Event* event) {
     while (reader_->Read(event)) {
-      if (event->kind() == kind) return true;
+      if (event->iid() == name) return true;
     }
     return false;
   }
@@ -225,12 +233,12 @@ TEST(AdminWatchLimitsTest, StreamsBeyondTheCapAreRefusedWithResourceExhausted) {
   server::AdminOptions options;
   options.max_watchers = 2;
   AdminHarness h(AdminTestSettings(UnreachableEngines()), options);
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   pb::Event event;
   auto first = std::make_unique<CappedWatcher>(h, 0);
-  ASSERT_TRUE(first->NextOfKind("test_marker", &event));
+  ASSERT_TRUE(first->NextMarker("test_marker", &event));
   CappedWatcher second(h, 0);
-  ASSERT_TRUE(second.NextOfKind("test_marker", &event));
+  ASSERT_TRUE(second.NextMarker("test_marker", &event));
 
   CappedWatcher third(h, 0);
   EXPECT_FALSE(third.Next(&event));
@@ -241,12 +249,12 @@ TEST(AdminWatchLimitsTest, StreamsBeyondTheCapAreRefusedWithResourceExhausted) {
   EXPECT_EQ(h.events().watch_stats().refused, 1);
 
   // The open ones are unaffected; one leaving frees a place.
-  h.fleet().PublishEvent({{"event", "after_refusal"}});
-  ASSERT_TRUE(second.NextOfKind("after_refusal", &event));
+  h.Mark("after_refusal");
+  ASSERT_TRUE(second.NextMarker("after_refusal", &event));
   first.reset();
   ASSERT_TRUE(WaitOpenWatchers(h, 1));
   CappedWatcher fourth(h, 0);
-  ASSERT_TRUE(fourth.NextOfKind("after_refusal", &event));
+  ASSERT_TRUE(fourth.NextMarker("after_refusal", &event));
 }
 
 TEST(AdminWatchLimitsTest, SlowStreamIsEndedAtItsByteBoundAndOthersGetEverything) {
@@ -254,29 +262,29 @@ TEST(AdminWatchLimitsTest, SlowStreamIsEndedAtItsByteBoundAndOthersGetEverything
   options.watch_buffer_bytes = 256 * 1024;
   options.watch_queue = 0;  // bytes only
   AdminHarness h(AdminTestSettings(UnreachableEngines()), options);
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   pb::Event event;
   CappedWatcher slow(h, 0);
-  ASSERT_TRUE(slow.NextOfKind("test_marker", &event));  // from here on it reads nothing
+  ASSERT_TRUE(slow.NextMarker("test_marker", &event));  // from here on it reads nothing
   CappedWatcher fast(h, 0);
-  ASSERT_TRUE(fast.NextOfKind("test_marker", &event));
+  ASSERT_TRUE(fast.NextMarker("test_marker", &event));
 
   std::atomic<int> received{0};
   std::thread reader([&] {
     pb::Event e;
     while (fast.Next(&e)) {
-      if (e.kind() == "flood_end") break;
-      if (e.kind() == "flood") ++received;
+      if (e.iid() == "flood_end") break;
+      if (e.iid() == "flood") ++received;
     }
   });
   // Until `slow` overflows: what the transport holds for it, then its bound.
   const std::string detail(1024, 'x');
   int published = 0;
   while (h.events().watch_stats().overflowed == 0 && published < 200000) {
-    h.fleet().PublishEvent({{"event", "flood"}, {"detail", detail}});
+    h.Mark("flood", detail);
     if (++published % 5 == 0) std::this_thread::sleep_for(1ms);  // a pace `fast` keeps up with
   }
-  h.fleet().PublishEvent({{"event", "flood_end"}});
+  h.Mark("flood_end");
   reader.join();
   EXPECT_EQ(received, published);
   EXPECT_EQ(h.events().watch_stats().overflowed, 1);
@@ -291,8 +299,8 @@ TEST(AdminWatchLimitsTest, SlowStreamIsEndedAtItsByteBoundAndOthersGetEverything
   EXPECT_NE(s.error_message().find("262144 bytes"), std::string::npos) << s.error_message();
 
   // The fast one is still live.
-  h.fleet().PublishEvent({{"event", "after_flood"}});
-  ASSERT_TRUE(fast.NextOfKind("after_flood", &event));
+  h.Mark("after_flood");
+  ASSERT_TRUE(fast.NextMarker("after_flood", &event));
 }
 
 TEST(AdminWatchLimitsTest, StreamThatNeverReadsIsCancelledAndFreesItsPlace) {
@@ -302,14 +310,14 @@ TEST(AdminWatchLimitsTest, StreamThatNeverReadsIsCancelledAndFreesItsPlace) {
   options.watch_queue = 0;
   options.watch_stall_timeout = 200ms;
   AdminHarness h(AdminTestSettings(UnreachableEngines()), options);
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   pb::Event event;
   auto stuck = std::make_unique<CappedWatcher>(h, 0);
-  ASSERT_TRUE(stuck->NextOfKind("test_marker", &event));  // then never reads again
+  ASSERT_TRUE(stuck->NextMarker("test_marker", &event));  // then never reads again
 
   const std::string detail(4096, 'x');
   for (int i = 0; i < 50000 && h.events().watch_stats().overflowed == 0; ++i) {
-    h.fleet().PublishEvent({{"event", "flood"}, {"detail", detail}});
+    h.Mark("flood", detail);
   }
   ASSERT_EQ(h.events().watch_stats().overflowed, 1);
   // Its client never takes the end: the call is cancelled, the place freed.
@@ -318,17 +326,17 @@ TEST(AdminWatchLimitsTest, StreamThatNeverReadsIsCancelledAndFreesItsPlace) {
   // a bounded history, which the flood may have rolled past the first marker.
   const std::vector<nlohmann::json> history = h.events().Since(0);
   const long long after = history.empty() ? 0 : history.back().value("seq", 0LL);
-  h.fleet().PublishEvent({{"event", "after_flood"}});
+  h.Mark("after_flood");
   CappedWatcher next(h, after);
-  ASSERT_TRUE(next.NextOfKind("after_flood", &event));
+  ASSERT_TRUE(next.NextMarker("after_flood", &event));
 }
 
 TEST(AdminWatchLimitsTest, ShutdownEndsStreamsAndRefusesNewOnes) {
   AdminHarness h(AdminTestSettings(UnreachableEngines()));
-  h.fleet().PublishEvent({{"event", "test_marker"}});
+  h.Mark("test_marker");
   pb::Event event;
   CappedWatcher w(h, 0);
-  ASSERT_TRUE(w.NextOfKind("test_marker", &event));
+  ASSERT_TRUE(w.NextMarker("test_marker", &event));
   h.service().Shutdown();
   EXPECT_FALSE(w.Next(&event));
   EXPECT_EQ(w.Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
