@@ -1,10 +1,9 @@
 #include "engines/clock.h"
 
-#include <chrono>
-
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <chrono>
 
 namespace narwhal::engines {
 namespace {
@@ -15,9 +14,8 @@ class RealTimer : public Timer {
 
   void AsyncWait(MonoTime deadline, absl::AnyInvocable<void(bool)> done) override {
     timer_.expires_at(deadline);  // cancels a pending wait
-    timer_.async_wait([done = std::move(done)](const boost::system::error_code& ec) mutable {
-      done(!ec);
-    });
+    timer_.async_wait(
+        [done = std::move(done)](const boost::system::error_code& ec) mutable { done(!ec); });
   }
 
   void Cancel() override { timer_.cancel(); }
@@ -30,8 +28,13 @@ class RealTimer : public Timer {
 
 boost::asio::awaitable<bool> Clock::Sleep(const Executor& executor, MonoClock::duration d,
                                           CancelToken* cancel) const {
+  co_return co_await SleepUntil(*this, executor, Now() + d, cancel);
+}
+
+boost::asio::awaitable<bool> SleepUntil(const Clock& clock, const Executor& executor,
+                                        MonoTime deadline, CancelToken* cancel) {
   if (cancel != nullptr && cancel->cancelled()) co_return false;
-  std::shared_ptr<Timer> timer = NewTimer(executor);
+  std::shared_ptr<Timer> timer = clock.NewTimer(executor);
   std::weak_ptr<Timer> weak = timer;
   // The token may fire on any thread: the timer is cancelled on its loop.
   CancelToken::Registration hook(cancel, [weak, executor] {
@@ -39,14 +42,12 @@ boost::asio::awaitable<bool> Clock::Sleep(const Executor& executor, MonoClock::d
       if (std::shared_ptr<Timer> t = weak.lock()) t->Cancel();
     });
   });
-  const bool fired =
-      co_await AsyncWaitUntil(*timer, Now() + d, boost::asio::use_awaitable);
+  const bool fired = co_await AsyncWaitUntil(*timer, deadline, boost::asio::use_awaitable);
   co_return fired && (cancel == nullptr || !cancel->cancelled());
 }
 
 double RealClock::WallNow() const {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::unique_ptr<Timer> RealClock::NewTimer(const Executor& executor) const {

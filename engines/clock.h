@@ -8,12 +8,12 @@
 #ifndef NARWHAL_ENGINES_CLOCK_H_
 #define NARWHAL_ENGINES_CLOCK_H_
 
-#include <memory>
-
 #include <absl/functional/any_invocable.h>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <memory>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
@@ -55,15 +55,22 @@ class RealClock : public Clock {
   std::unique_ptr<Timer> NewTimer(const Executor& executor) const override;
 };
 
+// Waits on `executor` until `clock` reads `deadline` (a timer of the clock:
+// on a test clock, until the test moves time past it). True when the time
+// came; false as soon as `cancel` (may be null) fires. Unlike Clock::Sleep
+// (retry backoff, which a test clock may pass at once), this always waits
+// for the clock: the control plane's ticks and retries use it.
+boost::asio::awaitable<bool> SleepUntil(const Clock& clock, const Executor& executor,
+                                        MonoTime deadline, CancelToken* cancel);
+
 // Asio-style wait on a Timer: completes with `bool fired` (signature
 // void(bool)), e.g. `bool fired = co_await AsyncWaitUntil(t, d, use_awaitable)`.
 template <typename CompletionToken>
 auto AsyncWaitUntil(Timer& timer, MonoTime deadline, CompletionToken&& token) {
   return boost::asio::async_initiate<CompletionToken, void(bool)>(
       [&timer, deadline](auto handler) {
-        timer.AsyncWait(deadline, [h = std::move(handler)](bool fired) mutable {
-          std::move(h)(fired);
-        });
+        timer.AsyncWait(deadline,
+                        [h = std::move(handler)](bool fired) mutable { std::move(h)(fired); });
       },
       token);
 }

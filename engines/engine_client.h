@@ -1,19 +1,18 @@
-// EngineClient: the router's only port to engines (B6).
+// AsyncEngineClient: the router's only port to engines (B6).
 //
 // Prefill() runs the producer leg (B1) and returns a PrefillResult (B2) that
 // is passed unchanged to Decode() (B4, B5), which validates it (B3) before any
 // HTTP request and streams the consumer's events to a DecodeObserver. Every
-// failure comes back as one EngineFailure (B10-B13). Both calls block the
-// calling thread for the leg's duration and are safe to call concurrently.
+// failure comes back as one EngineFailure (B10-B13). Legs are coroutines on
+// the caller's event loop and are safe to run concurrently.
 #ifndef NARWHAL_ENGINES_ENGINE_CLIENT_H_
 #define NARWHAL_ENGINES_ENGINE_CLIENT_H_
 
+#include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <boost/asio/awaitable.hpp>
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
@@ -95,33 +94,20 @@ struct DecodeOutcome {
   bool ok() const { return !failure.has_value(); }
 };
 
-class EngineClient {
- public:
-  virtual ~EngineClient() = default;
-
-  virtual PrefillOutcome Prefill(const EngineTarget& producer, Api api,
-                                 const nlohmann::json& client_body, const LegOptions& options) = 0;
-
-  // `client_streams` is whether the client asked for a stream (the upstream
-  // leg always streams). When `consumer` is the handoff's producer, the leg
-  // is a same-worker decode (B5).
-  virtual DecodeOutcome Decode(const EngineTarget& consumer, const PrefillResult& handoff,
-                               const nlohmann::json& client_body, bool client_streams,
-                               const LegOptions& options, DecodeObserver& observer) = 0;
-
-  // A bounded control request to an engine: GET (empty body) or POST of a
-  // JSON body, at most `timeout_s` in all. Used for /health, /version,
-  // /v1/models and identity checks; never for client traffic.
-  virtual ControlResponse Control(const EngineTarget& engine, std::string_view method,
-                                  std::string_view path, const std::string& body,
-                                  double timeout_s) = 0;
-};
-
-// The same port as coroutines on the event loops (engines/http/io_loops.h): a leg
-// runs on the executor of the coroutine that awaits it and never blocks it.
+// The engine port: coroutines on the event loops (engines/http/io_loops.h). A
+// leg runs on the executor of the coroutine that awaits it and never blocks
+// it; client legs and the control plane's probes use the same port.
 // Parameters passed by value live in the coroutine; references must outlive
-// the awaited call. SyncEngineClient (engines/sync_engine_client.h) runs these
-// legs from threads that may block.
+// the awaited call. RunBlocking (engines/run_blocking.h) waits for one from
+// a thread outside the loops (tools, operator actions, tests).
+//
+// Prefill: a one-token prefill on `producer` that yields the handoff.
+// Decode: `client_streams` is whether the client asked for a stream (the
+// upstream leg always streams). When `consumer` is the handoff's producer,
+// the leg is a same-worker decode (B5).
+// Control: a bounded control request to an engine: GET (empty body) or POST
+// of a JSON body, at most `timeout_s` in all. Used for /health, /version,
+// /v1/models, /metrics and identity checks; never for client traffic.
 class AsyncEngineClient {
  public:
   virtual ~AsyncEngineClient() = default;

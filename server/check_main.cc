@@ -252,13 +252,14 @@ int Check(const Args& args) {
   router::RealClock clock;
 
   router::WaitForEngines(
-      settings, client, clock,
+      settings, client.async(), client.executor(), clock,
       [](double s) {
         std::this_thread::sleep_for(std::chrono::duration<double>(s));
         return true;
       },
       args.wait_s);
-  const router::PreflightReport report = router::RunPreflight(settings, client, clock, args.pairs);
+  const router::PreflightReport report =
+      router::RunPreflight(settings, client.async(), client.executor(), clock, args.pairs);
   if (args.json) {
     std::cout << report.ToJson().dump(2) << "\n";
   } else {

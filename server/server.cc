@@ -16,7 +16,6 @@
 
 #include "engines/http/beast_engine_client.h"
 #include "engines/http/io_loops.h"
-#include "engines/sync_engine_client.h"
 #include "router/access_log.h"
 #include "router/common/clock.h"
 #include "router/common/journal.h"
@@ -106,9 +105,9 @@ struct Server::Parts {
   // on these loops, one request per loop from its first byte to its last.
   std::unique_ptr<engines::IoLoops> loops;
   std::unique_ptr<engines::BeastEngineClient> engine_client;
-  // Probes, readmission checks and preflight call the same adapter from
-  // their own threads.
-  std::unique_ptr<engines::SyncEngineClient> control_client;
+  // Client legs and the control plane's probes use it alike (the probes on
+  // the first loop; preflight and readmission wait for theirs from admin
+  // worker threads).
   router::EventBus events;
   std::unique_ptr<router::Fleet> fleet;
   // The journal rows carry the statuses of the one status table.
@@ -218,7 +217,6 @@ void Server::Parts::BuildCore() {
   loops = std::make_unique<engines::IoLoops>(settings.serving.io_threads);
   engine_client =
       std::make_unique<engines::BeastEngineClient>(EngineClientOptions(settings), clock);
-  control_client = std::make_unique<engines::SyncEngineClient>(*engine_client, loops->executor(0));
   fleet = std::make_unique<router::Fleet>(settings, clock, metrics.get(), journal.get(), &events);
   // What requests report is applied on the first loop, off their path.
   fleet->SetOwnerExecutor(loops->executor(0));
@@ -256,7 +254,7 @@ void Server::Parts::BuildCore() {
   }
 
   // Breaker probes, readmission and liveness sweeps (B17).
-  prober = std::make_unique<router::Prober>(*control_client, *fleet, clock);
+  prober = std::make_unique<router::Prober>(*engine_client, *fleet, clock);
 
   AdminOptions admin_options;
   admin_options.token = EnvOrEmpty(settings.admin.token_env);
@@ -279,15 +277,15 @@ void Server::Parts::BuildCore() {
     std::shared_ptr<const router::ConfigGeneration> g = current->Current();
     return std::shared_ptr<const router::Settings>(g, &g->settings);
   };
-  admin = std::make_unique<AdminService>(settings, *fleet, *prober, events, *control_client, clock,
-                                         admin_options);
+  admin = std::make_unique<AdminService>(settings, *fleet, *prober, events, *engine_client,
+                                         loops->executor(0), clock, admin_options);
 }
 
 absl::Status Server::Parts::RunPreflight() {
   const std::function<bool(double)> keep_waiting =
       options.keep_waiting ? options.keep_waiting : SleepAndGoOn;
   const router::EngineWaitResult waited = router::WaitForEngines(
-      settings, *control_client, clock, keep_waiting, options.preflight_wait_s);
+      settings, *engine_client, loops->executor(0), clock, keep_waiting, options.preflight_wait_s);
   if (waited.interrupted) {
     return absl::CancelledError(
         "narwhal-serve: signal received while waiting for engines: not serving");
@@ -305,12 +303,14 @@ absl::Status Server::Parts::RunPreflight() {
 }
 
 void Server::Parts::StartChecks() {
-  monitor = std::make_unique<router::FleetMonitor>(*fleet, *prober);
+  // The control plane (probes, join checks, start-up checks) runs on the
+  // first loop, the fleet's owner, over the same engine port as requests.
+  monitor = std::make_unique<router::FleetMonitor>(*fleet, *prober, loops->executor(0));
   monitor->Start();
   // Readiness waits for each role to have an engine that passed a check.
   const double startup_retry_s = std::clamp(settings.recovery.readmit_interval_s, 0.1, 1.0);
-  startup_checks = std::make_unique<router::StartupChecks>(
-      *fleet, *prober, std::chrono::milliseconds(static_cast<long long>(startup_retry_s * 1000)));
+  startup_checks = std::make_unique<router::StartupChecks>(*fleet, *prober, loops->executor(0),
+                                                           engines::FromSeconds(startup_retry_s));
   startup_checks->Start();
   if (reloader) reloader->StartPolling();
   // After a load, the heap it left in malloc's arenas goes back to the system.
@@ -334,9 +334,9 @@ absl::Status Server::Parts::StartListeners() {
     addresses.health = host + ":" + std::to_string(*bound);
   }
 
-  shim = std::make_unique<OpenAiShim>(settings, *router, *fleet, clock, registry,
-                                      EnvOrEmpty(settings.serving.api_key_env), *loops,
-                                      door_options);
+  shim =
+      std::make_unique<OpenAiShim>(settings, *router, *fleet, clock, registry,
+                                   EnvOrEmpty(settings.serving.api_key_env), *loops, door_options);
   SplitHostPort(settings.listen.http, &addresses.http_host, &addresses.http_port);
   auto bound = shim->Bind(addresses.http_host, addresses.http_port);
   if (!bound.ok()) {
@@ -463,18 +463,18 @@ size_t Server::Shutdown(std::string_view why) {
   // Graceful drain: new requests are refused (503) while admitted ones
   // finish, streams included, for up to serving.graceful_timeout_s; then
   // whatever is left is cancelled and every listener closes.
-  const engines::MonoTime drain_deadline =
-      p.clock.Now() + engines::FromSeconds(graceful_timeout_s);
+  const engines::MonoTime drain_deadline = p.clock.Now() + engines::FromSeconds(graceful_timeout_s);
   p.grpc_health->Drain();
   if (p.probes) p.probes->BeginDrain();
   p.shim->BeginDrain();
   // The admin API ends its event streams and pending calls at once.
   p.admin->Shutdown();
   p.admin_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  const size_t cut = p.router->Drain(engines::FromSeconds(graceful_timeout_s), p.loops->executor(0));
+  const size_t cut =
+      p.router->Drain(engines::FromSeconds(graceful_timeout_s), p.loops->executor(0));
   if (cut > 0) {
-    LogWarning("narwhal-serve: drain deadline (" + LogSeconds(graceful_timeout_s) + ") passed: " +
-               std::to_string(cut) + (cut == 1 ? " request" : " requests") +
+    LogWarning("narwhal-serve: drain deadline (" + LogSeconds(graceful_timeout_s) +
+               ") passed: " + std::to_string(cut) + (cut == 1 ? " request" : " requests") +
                " cut, each ended with a shutting_down error (503; gRPC UNAVAILABLE)");
   } else {
     LogInfo("narwhal-serve: drained: every admitted request finished");

@@ -6,7 +6,8 @@
 //              connector is the pinned one, and (when pinned) a one-token
 //              completion reports the pinned system_fingerprint;
 //   model    - GET /v1/models lists the fleet's model.
-// Each returns an empty string when it passes, else why it failed.
+// Each is a coroutine on the caller's loop and returns an empty string when
+// it passes, else why it failed.
 #ifndef NARWHAL_ROUTER_FLEET_CONTRACT_CHECK_H_
 #define NARWHAL_ROUTER_FLEET_CONTRACT_CHECK_H_
 
@@ -17,16 +18,18 @@
 
 namespace narwhal::router {
 
-std::string CheckReach(engines::EngineClient& client, const engines::EngineTarget& engine,
-                       const Settings& settings);
+engines::Awaitable<std::string> CheckReach(engines::AsyncEngineClient& client,
+                                           engines::EngineTarget engine, const Settings& settings);
 // Passes trivially when no engine_contract is configured.
-std::string CheckContract(engines::EngineClient& client, const engines::EngineTarget& engine,
-                          const Settings& settings);
-std::string CheckModel(engines::EngineClient& client, const engines::EngineTarget& engine,
-                       const Settings& settings);
+engines::Awaitable<std::string> CheckContract(engines::AsyncEngineClient& client,
+                                              engines::EngineTarget engine,
+                                              const Settings& settings);
+engines::Awaitable<std::string> CheckModel(engines::AsyncEngineClient& client,
+                                           engines::EngineTarget engine, const Settings& settings);
 // reach, then contract, then model: the first failure, or "".
-std::string CheckLifecycle(engines::EngineClient& client, const engines::EngineTarget& engine,
-                           const Settings& settings);
+engines::Awaitable<std::string> CheckLifecycle(engines::AsyncEngineClient& client,
+                                               engines::EngineTarget engine,
+                                               const Settings& settings);
 
 }  // namespace narwhal::router
 

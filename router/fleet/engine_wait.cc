@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "engines/run_blocking.h"
 #include "router/common/log.h"
 
 namespace narwhal::router {
@@ -24,11 +25,11 @@ std::string Describe(const engines::ControlResponse& r, const std::string& what)
 
 // One look at an engine: /health, then /v1/models. *why says what it answered
 // when it is not up.
-State Look(engines::EngineClient& client, const engines::EngineTarget& target,
-           const Settings& settings, std::string* why) {
+State Look(engines::AsyncEngineClient& client, const engines::Executor& executor,
+           const engines::EngineTarget& target, const Settings& settings, std::string* why) {
   for (const char* path : {"/health", "/v1/models"}) {
-    const engines::ControlResponse r =
-        client.Control(target, "GET", path, "", settings.engine.health_timeout_s);
+    const engines::ControlResponse r = engines::RunBlocking(
+        executor, client.Control(target, "GET", path, "", settings.engine.health_timeout_s));
     if (r.ok()) continue;
     *why = Describe(r, std::string("GET ") + path);
     return IsLoadingAnswer(r) ? State::kLoading : State::kFailed;
@@ -43,9 +44,10 @@ bool IsLoadingAnswer(const engines::ControlResponse& response) {
   return response.status == 0 && response.error.find("connection refused") != std::string::npos;
 }
 
-EngineWaitResult WaitForEngines(const Settings& settings, engines::EngineClient& client,
-                                const Clock& clock, const std::function<bool(double)>& sleep,
-                                double timeout_s, double interval_s) {
+EngineWaitResult WaitForEngines(const Settings& settings, engines::AsyncEngineClient& client,
+                                const engines::Executor& executor, const Clock& clock,
+                                const std::function<bool(double)>& sleep, double timeout_s,
+                                double interval_s) {
   EngineWaitResult result;
   if (timeout_s <= 0 || settings.engines.empty()) return result;
   interval_s = std::max(interval_s, 0.01);
@@ -60,7 +62,7 @@ EngineWaitResult WaitForEngines(const Settings& settings, engines::EngineClient&
     for (size_t i = 0; i < settings.engines.size(); ++i) {
       if (states[i] != State::kLoading) continue;
       const EngineSettings& e = settings.engines[i];
-      states[i] = Look(client, {e.iid, e.url}, settings, &why[i]);
+      states[i] = Look(client, executor, {e.iid, e.url}, settings, &why[i]);
       const double at = engines::Seconds(clock.Now() - started);
       if (states[i] == State::kUp) {
         Log(LogLevel::kInfo, "preflight: engine " + e.iid + " is up after " + Seconds(at),

@@ -39,14 +39,16 @@ struct EngineWaitResult {
   bool interrupted = false;
 };
 
-// Blocks the calling thread: `sleep` waits the given seconds (a real sleep
-// in the binaries, a fake-clock advance in tests) and returns false to stop
-// the wait at once (a signal arrived; *interrupted is then set). Logs when
-// the wait starts, each engine that comes up (or stops loading with a
+// Blocks the calling thread (before serving; never an event loop's own):
+// each look runs on `executor`, and `sleep` waits the given seconds (a real
+// sleep in the binaries, a fake-clock advance in tests) and returns false to
+// stop the wait at once (a signal arrived; *interrupted is then set). Logs
+// when the wait starts, each engine that comes up (or stops loading with a
 // failure) and how it ended.
-EngineWaitResult WaitForEngines(const Settings& settings, engines::EngineClient& client,
-                                const Clock& clock, const std::function<bool(double)>& sleep,
-                                double timeout_s, double interval_s = 1.0);
+EngineWaitResult WaitForEngines(const Settings& settings, engines::AsyncEngineClient& client,
+                                const engines::Executor& executor, const Clock& clock,
+                                const std::function<bool(double)>& sleep, double timeout_s,
+                                double interval_s = 1.0);
 
 }  // namespace narwhal::router
 

@@ -2,49 +2,44 @@
 
 namespace narwhal::router {
 
-FleetMonitor::FleetMonitor(Fleet& fleet, Prober& prober, std::chrono::milliseconds tick,
-                           size_t probe_threads)
-    : fleet_(fleet), prober_(prober), tick_(tick), probe_threads_(probe_threads) {}
+FleetMonitor::FleetMonitor(Fleet& fleet, Prober& prober, engines::Executor executor,
+                           engines::MonoClock::duration tick)
+    : fleet_(fleet), prober_(prober), tick_(tick), tasks_(std::move(executor), "fleet monitor") {}
 
 FleetMonitor::~FleetMonitor() { Stop(); }
 
 void FleetMonitor::Start() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (thread_.joinable()) return;
-  stop_ = false;
-  probes_ = std::make_unique<WorkerPool>(probe_threads_);  // Stop() joined the last one
-  thread_ = std::thread([this] { Loop(); });
+  if (stop_) return;
+  stop_ = std::make_unique<engines::CancelToken>();
+  tasks_.Spawn(Loop(stop_.get()));
 }
 
 void FleetMonitor::Stop() {
+  std::unique_ptr<engines::CancelToken> stop;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    if (!stop_) return;
+    stop_->Cancel();
+    stop = std::move(stop_);
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  probes_.reset();  // joins probes in flight (each is bounded by its timeouts)
+  tasks_.Wait();  // the loop (it reads `stop` until it ends) and its probes
 }
 
-void FleetMonitor::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    lock.unlock();
-    for (const ProbeTask& task : fleet_.TakeDueProbes()) {
-      probes_->Run([this, task] { prober_.Run(task); });
+engines::Awaitable<void> FleetMonitor::Loop(engines::CancelToken* stop) {
+  const Clock& clock = prober_.clock();
+  while (!stop->cancelled()) {
+    for (ProbeTask& task : fleet_.TakeDueProbes()) tasks_.Spawn(prober_.Run(std::move(task)));
+    for (LinkProbeTask& task : fleet_.TakeDueLinkProbes()) {
+      tasks_.Spawn(prober_.RunLink(std::move(task)));
     }
-    for (const LinkProbeTask& task : fleet_.TakeDueLinkProbes()) {
-      probes_->Run([this, task] { prober_.RunLink(task); });
+    for (RecomputeScrapeTask& task : fleet_.TakeDueRecomputeScrapes()) {
+      tasks_.Spawn(prober_.ScrapeRecompute(std::move(task)));
     }
-    for (const RecomputeScrapeTask& task : fleet_.TakeDueRecomputeScrapes()) {
-      probes_->Run([this, task] { prober_.ScrapeRecompute(task); });
-    }
-    for (const JoinTask& task : fleet_.TakeDueJoinChecks()) {
-      probes_->Run([this, task] { prober_.RunJoin(task); });
-    }
+    for (JoinTask& task : fleet_.TakeDueJoinChecks())
+      tasks_.Spawn(prober_.RunJoin(std::move(task)));
     fleet_.SweepLeaving();
-    lock.lock();
-    cv_.wait_for(lock, tick_, [&] { return stop_; });
+    if (!co_await engines::SleepUntil(clock, tasks_.executor(), clock.Now() + tick_, stop)) break;
   }
 }
 

@@ -1,46 +1,52 @@
-// FleetMonitor: the background loop that keeps breaker state moving. Every
-// tick it asks the Fleet for due probes (holds, ejections, health probes,
-// liveness sweeps) and expired quarantines, and runs each probe on its own
-// bounded pool so one slow engine never delays another's probe. It also
-// scrapes each consumer's /metrics every Fleet::kRecomputeScrapeIntervalS
-// for its failed-transfer counter (router/fleet/kv_recompute.h).
+// FleetMonitor: the control-plane loop that keeps breaker state moving, a
+// coroutine on the owner's loop timed by the injected clock. Every tick it
+// asks the Fleet for due probes (holds, ejections, health probes, liveness
+// sweeps), link probes, join checks (B22) and the silent-recompute scrapes
+// of consumers (router/fleet/kv_recompute.h), runs each as a coroutine of
+// its own over the async engine port (so one slow engine never delays
+// another's probe, and no thread waits on an engine), and sweeps the
+// engines that left (B23).
 #ifndef NARWHAL_ROUTER_FLEET_FLEET_MONITOR_H_
 #define NARWHAL_ROUTER_FLEET_FLEET_MONITOR_H_
 
 #include <chrono>
-#include <condition_variable>
+#include <memory>
 #include <mutex>
-#include <thread>
 
+#include "engines/cancel_token.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/prober.h"
-#include "router/fleet/worker_pool.h"
+#include "router/fleet/spawned_tasks.h"
 
 namespace narwhal::router {
 
 class FleetMonitor {
  public:
-  FleetMonitor(Fleet& fleet, Prober& prober,
-               std::chrono::milliseconds tick = std::chrono::milliseconds(100),
-               size_t probe_threads = 8);
+  // The loop and its probes run on `executor`; ticks are `tick` apart on the
+  // prober's clock.
+  FleetMonitor(Fleet& fleet, Prober& prober, engines::Executor executor,
+               engines::MonoClock::duration tick = std::chrono::milliseconds(100));
   ~FleetMonitor();  // Stop()
+  FleetMonitor(const FleetMonitor&) = delete;
+  FleetMonitor& operator=(const FleetMonitor&) = delete;
+
   // Starts the loop (again after a Stop()).
   void Start();
-  // Stops the loop and waits for running probes.
+  // Ends the loop and waits for the probes in flight (each bounded by its
+  // timeouts). Not from the executor's thread.
   void Stop();
+  // Probes (and the loop itself) running now.
+  size_t running() const { return tasks_.running(); }
 
  private:
-  void Loop();
+  engines::Awaitable<void> Loop(engines::CancelToken* stop);
 
   Fleet& fleet_;
   Prober& prober_;
-  const std::chrono::milliseconds tick_;
-  const size_t probe_threads_;
+  const engines::MonoClock::duration tick_;
+  SpawnedTasks tasks_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-  std::unique_ptr<WorkerPool> probes_;
+  std::unique_ptr<engines::CancelToken> stop_;  // set while started
 };
 
 }  // namespace narwhal::router

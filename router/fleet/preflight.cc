@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "engines/run_blocking.h"
 #include "router/fleet/contract_check.h"
 
 namespace narwhal::router {
@@ -72,10 +73,11 @@ std::string Skipped(size_t n) { return n == 0 ? "" : ", " + std::to_string(n) + 
 
 class Preflight {
  public:
-  Preflight(const Settings& settings, engines::EngineClient& client, const Clock& clock,
-            PairMode mode)
+  Preflight(const Settings& settings, engines::AsyncEngineClient& client,
+            engines::Executor executor, const Clock& clock, PairMode mode)
       : settings_(settings),
         client_(client),
+        executor_(std::move(executor)),
         clock_(clock),
         mode_(mode),
         tag_(RunTag()),
@@ -90,13 +92,17 @@ class Preflight {
     // reach: every engine.
     report.gates.push_back(EngineGate(
         "reach", &report,
-        [&](const engines::EngineTarget& t) { return CheckReach(client_, t, settings_); },
+        [&](const engines::EngineTarget& t) {
+          return engines::RunBlocking(executor_, CheckReach(client_, t, settings_));
+        },
         /*producers_only=*/false, kUnreachable));
     // contract: reachable engines, when pinned.
     if (settings_.engine_contract) {
       report.gates.push_back(EngineGate(
           "contract", &report,
-          [&](const engines::EngineTarget& t) { return CheckContract(client_, t, settings_); },
+          [&](const engines::EngineTarget& t) {
+            return engines::RunBlocking(executor_, CheckContract(client_, t, settings_));
+          },
           /*producers_only=*/false, nullptr));
     } else {
       PreflightGate gate;
@@ -110,7 +116,9 @@ class Preflight {
     // model: reachable engines; a failure keeps the engine out of transfers.
     report.gates.push_back(EngineGate(
         "model", &report,
-        [&](const engines::EngineTarget& t) { return CheckModel(client_, t, settings_); },
+        [&](const engines::EngineTarget& t) {
+          return engines::RunBlocking(executor_, CheckModel(client_, t, settings_));
+        },
         /*producers_only=*/false, kWrongModel));
 
     if (contract_failed) {
@@ -162,8 +170,10 @@ class Preflight {
     const std::string id = NextId();
     const MonoTime deadline =
         clock_.Now() + engines::FromSeconds(settings_.serving.request_timeout_s);
-    const engines::PrefillOutcome out = client_.Prefill(producer, engines::Api::kCompletions,
-                                                        ProbeBody(id, 1), PrefillLeg(id, deadline));
+    const json body = ProbeBody(id, 1);
+    const engines::PrefillOutcome out = engines::RunBlocking(
+        executor_,
+        client_.Prefill(producer, engines::Api::kCompletions, body, PrefillLeg(id, deadline)));
     return out.ok() ? "" : out.failure->detail;
   }
 
@@ -234,8 +244,9 @@ class Preflight {
     const std::string id = NextId();
     const json body = ProbeBody(id, 2);
 
-    const engines::PrefillOutcome pre =
-        client_.Prefill(producer, engines::Api::kCompletions, body, PrefillLeg(id, deadline));
+    const engines::PrefillOutcome pre = engines::RunBlocking(
+        executor_,
+        client_.Prefill(producer, engines::Api::kCompletions, body, PrefillLeg(id, deadline)));
     p.prefill_s = Micros(Elapsed(clock_, started));
     if (!pre.ok()) {
       p.outcome = "producer_failed";
@@ -249,8 +260,9 @@ class Preflight {
     leg.request_deadline = deadline;
     FirstTokenObserver observer(clock_);
     const MonoTime dispatched = clock_.Now();
-    const engines::DecodeOutcome dec =
-        client_.Decode(consumer, *pre.result, body, /*client_streams=*/false, leg, observer);
+    const engines::DecodeOutcome dec = engines::RunBlocking(
+        executor_,
+        client_.Decode(consumer, *pre.result, body, /*client_streams=*/false, leg, observer));
     p.duration_s = Micros(Elapsed(clock_, started));
     if (observer.first_token()) {
       p.first_token_s = Micros(engines::Seconds(*observer.first_token() - dispatched));
@@ -339,7 +351,8 @@ class Preflight {
   }
 
   const Settings& settings_;
-  engines::EngineClient& client_;
+  engines::AsyncEngineClient& client_;
+  const engines::Executor executor_;
   const Clock& clock_;
   const PairMode mode_;
   const std::string tag_;
@@ -454,9 +467,10 @@ std::vector<std::pair<std::string, std::string>> PreflightPairs(const Settings& 
   return pairs;
 }
 
-PreflightReport RunPreflight(const Settings& settings, engines::EngineClient& client,
-                             const Clock& clock, PairMode pairs) {
-  return Preflight(settings, client, clock, pairs).Run();
+PreflightReport RunPreflight(const Settings& settings, engines::AsyncEngineClient& client,
+                             const engines::Executor& executor, const Clock& clock,
+                             PairMode pairs) {
+  return Preflight(settings, client, executor, clock, pairs).Run();
 }
 
 json PreflightReport::ToJson() const {

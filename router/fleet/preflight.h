@@ -29,12 +29,11 @@
 #ifndef NARWHAL_ROUTER_FLEET_PREFLIGHT_H_
 #define NARWHAL_ROUTER_FLEET_PREFLIGHT_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engines/engine_client.h"
 #include "router/common/clock.h"
@@ -50,7 +49,7 @@ const char* PairModeName(PairMode mode);
 bool ParsePairMode(std::string_view name, PairMode* mode);
 
 struct PreflightCheck {
-  std::string gate;    // reach | contract | model | produce
+  std::string gate;  // reach | contract | model | produce
   std::string iid;
   std::string outcome;  // passed | failed | skipped
   std::string detail;
@@ -90,9 +89,11 @@ struct PreflightReport {
   std::string ToTable() const;
 };
 
-// Runs every gate against the engines in `settings` (ignoring breaker state).
-PreflightReport RunPreflight(const Settings& settings, engines::EngineClient& client,
-                             const Clock& clock, PairMode pairs);
+// Runs every gate against the engines in `settings` (ignoring breaker state),
+// one check at a time; each leg runs on `executor` (an event loop) while the
+// calling thread, which must not be that loop's, waits for it.
+PreflightReport RunPreflight(const Settings& settings, engines::AsyncEngineClient& client,
+                             const engines::Executor& executor, const Clock& clock, PairMode pairs);
 
 // The ordered role-permitted pairs for `mode` (exposed for tests), as
 // (producer iid, consumer iid). Producers P are the prefill-capable engines

@@ -43,38 +43,39 @@ engines::LegOptions Prober::ProbeLeg(const std::string& suffix) {
   return o;
 }
 
-ProbeResult Prober::Health(const engines::EngineTarget& target, bool lifecycle) {
+engines::Awaitable<ProbeResult> Prober::Health(engines::EngineTarget target, bool lifecycle) {
   ProbeResult r;
   // A health check is /health and the served model on /v1/models: vLLM
   // answers /health without the API key and whatever model it serves, so
   // /health alone passes an engine that refuses every inference leg.
   std::string why;
   if (lifecycle) {
-    why = CheckLifecycle(client_, target, *fleet_.settings());
+    why = co_await CheckLifecycle(client_, target, *fleet_.settings());
   } else {
-    why = CheckReach(client_, target, *fleet_.settings());
-    if (why.empty()) why = CheckModel(client_, target, *fleet_.settings());
+    why = co_await CheckReach(client_, target, *fleet_.settings());
+    if (why.empty()) why = co_await CheckModel(client_, target, *fleet_.settings());
   }
   r.outcome = why.empty() ? ProbeOutcome::kPassed : ProbeOutcome::kFailed;
-  r.detail = why.empty() ? (lifecycle ? "lifecycle validation passed"
-                                      : "GET /health 200, /v1/models serves " + fleet_.settings()->model)
-                         : why;
-  return r;
+  r.detail = why.empty()
+                 ? (lifecycle ? "lifecycle validation passed"
+                              : "GET /health 200, /v1/models serves " + fleet_.settings()->model)
+                 : why;
+  co_return r;
 }
 
-ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
+engines::Awaitable<ProbeResult> Prober::Inference(ProbeTask task, bool lifecycle) {
   ProbeResult r;
   const std::optional<engines::EngineTarget> found = fleet_.Target(task.iid);
   if (!found) {
     r.detail = "engine left the fleet";
-    return r;
+    co_return r;
   }
   const engines::EngineTarget target = *found;
   const engines::Api api = engines::Api::kCompletions;
-  const nlohmann::json body = {{"model", fleet_.settings()->model},
-                               {"prompt", "narwhal-" + std::to_string(++counter_) +
-                                              " breaker verification"},
-                               {"max_tokens", 1}};
+  const nlohmann::json body = {
+      {"model", fleet_.settings()->model},
+      {"prompt", "narwhal-" + std::to_string(++counter_) + " breaker verification"},
+      {"max_tokens", 1}};
   const std::optional<EngineSnapshot> snapshot = fleet_.Snapshot(task.iid);
   const Role role = snapshot ? snapshot->settings.role : Role::kBoth;
   DiscardObserver observer;
@@ -95,14 +96,14 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
     // (the decode leg is then a same-worker decode, B5).
     producers.push_back(target);
     for (const engines::EngineTarget& producer : producers) {
-      engines::PrefillOutcome pre = client_.Prefill(producer, api, body, ProbeLeg("p"));
+      engines::PrefillOutcome pre = co_await client_.Prefill(producer, api, body, ProbeLeg("p"));
       if (!pre.ok()) {
         fleet_.RecordProbeAttempt(task, ProbeOutcome::kProducerFailed, producer.iid,
                                   pre.failure->detail);
         continue;
       }
       engines::DecodeOutcome dec =
-          client_.Decode(target, *pre.result, body, false, ProbeLeg("d"), observer);
+          co_await client_.Decode(target, *pre.result, body, false, ProbeLeg("d"), observer);
       if (!dec.ok() && producer.iid != target.iid && dec.failure->evidence_iid == producer.iid) {
         // The producer's handoff was at fault (B3), not the held engine.
         fleet_.RecordProbeAttempt(task, ProbeOutcome::kProducerFailed, producer.iid,
@@ -121,21 +122,21 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
     }
     if (r.producer.empty()) r.detail = "no producer could make a handoff";
   } else {
-    engines::PrefillOutcome pre = client_.Prefill(target, api, body, ProbeLeg("p"));
+    engines::PrefillOutcome pre = co_await client_.Prefill(target, api, body, ProbeLeg("p"));
     if (!pre.ok()) {
       r.outcome = ProbeOutcome::kFailed;
       r.detail = pre.failure->detail;
-      return r;
+      co_return r;
     }
     std::optional<engines::EngineTarget> consumer = fleet_.LiveConsumer(target.iid);
     if (!consumer && CanDecode(role)) consumer = target;
     if (!consumer) {
       r.outcome = ProbeOutcome::kInconclusive;
       r.detail = "produced a handoff but no live consumer could take it";
-      return r;
+      co_return r;
     }
     engines::DecodeOutcome dec =
-        client_.Decode(*consumer, *pre.result, body, false, ProbeLeg("d"), observer);
+        co_await client_.Decode(*consumer, *pre.result, body, false, ProbeLeg("d"), observer);
     if (dec.ok()) {
       r.outcome = ProbeOutcome::kPassed;
       r.detail = "handoff decoded by " + consumer->iid;
@@ -148,54 +149,56 @@ ProbeResult Prober::Inference(const ProbeTask& task, bool lifecycle) {
     }
   }
   if (r.outcome == ProbeOutcome::kPassed && lifecycle) {
-    if (std::string why = CheckLifecycle(client_, target, *fleet_.settings()); !why.empty()) {
+    if (std::string why = co_await CheckLifecycle(client_, target, *fleet_.settings());
+        !why.empty()) {
       r.outcome = ProbeOutcome::kFailed;
       r.detail = "lifecycle validation: " + why;
     }
   }
-  return r;
+  co_return r;
 }
 
-long long Prober::MaxModelLen(const engines::EngineTarget& target) {
-  const engines::ControlResponse r =
-      client_.Control(target, "GET", "/v1/models", "", fleet_.settings()->engine.health_timeout_s);
-  if (!r.ok()) return 0;
+engines::Awaitable<long long> Prober::MaxModelLen(engines::EngineTarget target) {
+  const engines::ControlResponse r = co_await client_.Control(
+      target, "GET", "/v1/models", "", fleet_.settings()->engine.health_timeout_s);
+  if (!r.ok()) co_return 0;
   const nlohmann::json list = engines::ParseJson(r.body);
-  if (!list.is_object() || !list.contains("data") || !list["data"].is_array()) return 0;
+  if (!list.is_object() || !list.contains("data") || !list["data"].is_array()) co_return 0;
   for (const nlohmann::json& card : list["data"]) {
-    if (!card.is_object() || card.value("id", nlohmann::json()) != fleet_.settings()->model) continue;
+    if (!card.is_object() || card.value("id", nlohmann::json()) != fleet_.settings()->model)
+      continue;
     auto it = card.find("max_model_len");
-    if (it != card.end() && it->is_number_integer()) return it->get<long long>();
+    if (it != card.end() && it->is_number_integer()) co_return it->get<long long>();
   }
-  return 0;
+  co_return 0;
 }
 
-ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {
+engines::Awaitable<ProbeResult> Prober::ProbeLink(LinkProbeTask task) {
   ProbeResult r;
   const std::optional<engines::EngineTarget> found_producer = fleet_.Target(task.producer);
   const std::optional<engines::EngineTarget> found_consumer = fleet_.Target(task.consumer);
   if (!found_producer || !found_consumer) {
     r.detail = "an engine of the link left the fleet";
-    return r;
+    co_return r;
   }
   const engines::EngineTarget producer = *found_producer;
   const engines::EngineTarget consumer = *found_consumer;
   const engines::Api api = engines::Api::kCompletions;
-  const nlohmann::json body = {{"model", fleet_.settings()->model},
-                               {"prompt", "narwhal-" + std::to_string(++counter_) +
-                                              " link verification"},
-                               {"max_tokens", 1}};
+  const nlohmann::json body = {
+      {"model", fleet_.settings()->model},
+      {"prompt", "narwhal-" + std::to_string(++counter_) + " link verification"},
+      {"max_tokens", 1}};
   r.producer = producer.iid;
-  engines::PrefillOutcome pre = client_.Prefill(producer, api, body, ProbeLeg("p"));
+  engines::PrefillOutcome pre = co_await client_.Prefill(producer, api, body, ProbeLeg("p"));
   if (!pre.ok()) {
     r.outcome = ProbeOutcome::kInconclusive;
     r.detail = "producer " + producer.iid + " failed: " + pre.failure->detail;
-    return r;
+    co_return r;
   }
   UsageObserver observer;
   fleet_.RecomputeDecodeStarted(producer.iid, consumer.iid);
   engines::DecodeOutcome dec =
-      client_.Decode(consumer, *pre.result, body, false, ProbeLeg("d"), observer);
+      co_await client_.Decode(consumer, *pre.result, body, false, ProbeLeg("d"), observer);
   const bool recomputed =
       dec.ok() && RecomputeSuspected(observer.prompt_tokens, observer.cached_tokens);
   fleet_.RecomputeProbeEnded(producer.iid, consumer.iid,
@@ -203,8 +206,8 @@ ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {
   if (recomputed) {
     r.outcome = ProbeOutcome::kFailed;
     r.detail = consumer.iid + " recomputed the prompt instead of using the KV cache from " +
-               producer.iid + " (cached_tokens " + std::to_string(observer.cached_tokens) +
-               " of " + std::to_string(observer.prompt_tokens) + " prompt tokens)";
+               producer.iid + " (cached_tokens " + std::to_string(observer.cached_tokens) + " of " +
+               std::to_string(observer.prompt_tokens) + " prompt tokens)";
   } else if (dec.ok()) {
     r.outcome = ProbeOutcome::kPassed;
     r.detail = consumer.iid + " decoded a handoff from " + producer.iid;
@@ -215,11 +218,11 @@ ProbeResult Prober::ProbeLink(const LinkProbeTask& task) {
     r.outcome = ProbeOutcome::kFailed;
     r.detail = dec.failure->detail;
   }
-  return r;
+  co_return r;
 }
 
-void Prober::RunLink(const LinkProbeTask& task) {
-  const ProbeResult r = ProbeLink(task);
+engines::Awaitable<void> Prober::RunLink(LinkProbeTask task) {
+  const ProbeResult r = co_await ProbeLink(task);
   const LinkProbeOutcome outcome = r.outcome == ProbeOutcome::kPassed ? LinkProbeOutcome::kPassed
                                    : r.outcome == ProbeOutcome::kFailed
                                        ? LinkProbeOutcome::kFailed
@@ -227,22 +230,22 @@ void Prober::RunLink(const LinkProbeTask& task) {
   fleet_.CompleteLinkProbe(task, outcome, r.detail);
 }
 
-void Prober::ScrapeRecompute(const RecomputeScrapeTask& task) {
+engines::Awaitable<void> Prober::ScrapeRecompute(RecomputeScrapeTask task) {
   const std::optional<engines::EngineTarget> target = fleet_.Target(task.iid);
-  if (!target) return;
-  const engines::ControlResponse res =
-      client_.Control(*target, "GET", "/metrics", "", fleet_.settings()->engine.health_timeout_s);
+  if (!target) co_return;
+  const engines::ControlResponse res = co_await client_.Control(
+      *target, "GET", "/metrics", "", fleet_.settings()->engine.health_timeout_s);
   std::optional<double> value;
   if (res.ok()) value = FailedTransfers(res.body);
   fleet_.CompleteRecomputeScrape(task, value);
 }
 
-ProbeResult Prober::JoinCheck(const JoinTask& task) {
+engines::Awaitable<ProbeResult> Prober::JoinCheck(JoinTask task) {
   const engines::EngineTarget& target = task.target;
-  ProbeResult r = Health(target, fleet_.settings()->engine_contract.has_value());
+  ProbeResult r = co_await Health(target, fleet_.settings()->engine_contract.has_value());
   if (r.outcome != ProbeOutcome::kPassed) {
     r.outcome = ProbeOutcome::kFailed;
-    return r;
+    co_return r;
   }
   // Peers: live engines first, then other joiners.
   const bool decodes = CanDecode(task.role);
@@ -261,60 +264,61 @@ ProbeResult Prober::JoinCheck(const JoinTask& task) {
     r.outcome = ProbeOutcome::kFailed;
     r.detail = std::string("no ") + (decodes ? "producer" : "consumer") +
                " in the fleet to run its one-token inference probe with";
-    return r;
+    co_return r;
   }
-  const nlohmann::json body = {{"model", fleet_.settings()->model},
-                               {"prompt", "narwhal-" + std::to_string(++counter_) +
-                                              " join verification"},
-                               {"max_tokens", 1}};
+  const nlohmann::json body = {
+      {"model", fleet_.settings()->model},
+      {"prompt", "narwhal-" + std::to_string(++counter_) + " join verification"},
+      {"max_tokens", 1}};
   DiscardObserver observer;
   std::string tried;
   for (const engines::EngineTarget& peer : peers) {
     const engines::EngineTarget& producer = decodes ? peer : target;
     const engines::EngineTarget& consumer = decodes ? target : peer;
     engines::PrefillOutcome pre =
-        client_.Prefill(producer, engines::Api::kCompletions, body, ProbeLeg("p"));
+        co_await client_.Prefill(producer, engines::Api::kCompletions, body, ProbeLeg("p"));
     if (!pre.ok()) {
       if (producer.iid == target.iid) {
         r.outcome = ProbeOutcome::kFailed;
         r.detail = "prefill: " + pre.failure->detail;
-        return r;
+        co_return r;
       }
       tried += (tried.empty() ? "" : "; ") + producer.iid + " failed: " + pre.failure->detail;
       continue;  // the peer's fault: the next one
     }
-    engines::DecodeOutcome dec = client_.Decode(consumer, *pre.result, body, false,
-                                                ProbeLeg("d"), observer);
+    engines::DecodeOutcome dec =
+        co_await client_.Decode(consumer, *pre.result, body, false, ProbeLeg("d"), observer);
     if (dec.ok()) {
       r.outcome = ProbeOutcome::kPassed;
       r.producer = producer.iid;
-      r.detail = "GET /health 200, /v1/models serves " + fleet_.settings()->model + ", " + consumer.iid +
-                 " decoded a handoff from " + producer.iid;
-      if (const long long n = MaxModelLen(target); n > 0) fleet_.RecordMaxModelLen(target.iid, n);
-      return r;
+      r.detail = "GET /health 200, /v1/models serves " + fleet_.settings()->model + ", " +
+                 consumer.iid + " decoded a handoff from " + producer.iid;
+      if (const long long n = co_await MaxModelLen(target); n > 0)
+        fleet_.RecordMaxModelLen(target.iid, n);
+      co_return r;
     }
-    const bool joiner_at_fault = consumer.iid == target.iid ||
-                                 dec.failure->evidence_iid == target.iid;
+    const bool joiner_at_fault =
+        consumer.iid == target.iid || dec.failure->evidence_iid == target.iid;
     if (joiner_at_fault) {
       r.outcome = ProbeOutcome::kFailed;
       r.detail = "decode: " + dec.failure->detail;
-      return r;
+      co_return r;
     }
     tried += (tried.empty() ? "" : "; ") + consumer.iid + " failed: " + dec.failure->detail;
   }
   r.outcome = ProbeOutcome::kFailed;
   r.detail = "no peer completed its inference probe (" + tried + ")";
-  return r;
+  co_return r;
 }
 
-void Prober::RunJoin(const JoinTask& task) {
-  const ProbeResult r = JoinCheck(task);
+engines::Awaitable<void> Prober::RunJoin(JoinTask task) {
+  const ProbeResult r = co_await JoinCheck(task);
   fleet_.CompleteJoinCheck(task, r.outcome == ProbeOutcome::kPassed, r.detail);
 }
 
-void Prober::Run(const ProbeTask& task) {
+engines::Awaitable<void> Prober::Run(ProbeTask task) {
   const std::optional<EngineSnapshot> snapshot = fleet_.Snapshot(task.iid);
-  if (!snapshot) return;  // it left the fleet
+  if (!snapshot) co_return;  // it left the fleet
   const engines::EngineTarget target{snapshot->settings.iid, snapshot->settings.url,
                                      snapshot->settings.kv_engine_id};
   // Readmission (of a held or ejected engine) re-checks the pinned contract.
@@ -325,10 +329,10 @@ void Prober::Run(const ProbeTask& task) {
   switch (task.kind) {
     case ProbeKind::kHealth:
     case ProbeKind::kLiveness:
-      r = Health(target, lifecycle);
+      r = co_await Health(target, lifecycle);
       break;
     case ProbeKind::kInference:
-      r = Inference(task, lifecycle);
+      r = co_await Inference(task, lifecycle);
       break;
   }
   fleet_.CompleteProbe(task, r.outcome, r.detail, r.producer);

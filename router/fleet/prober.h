@@ -19,13 +19,16 @@
 //               blames on the producer) is inconclusive; a decode whose
 //               usage shows the prompt recomputed fails it.
 //   scrape    - GET /metrics of a consumer for its failed-transfer counter.
-// Blocking; runs on the FleetMonitor's probe threads. Thread-safe.
+// Every check is a coroutine on the caller's loop (the fleet monitor's, the
+// start-up checks'), over the same async engine port as client legs; tasks
+// and targets are taken by value, so a spawned probe owns what it reads.
 #ifndef NARWHAL_ROUTER_FLEET_PROBER_H_
 #define NARWHAL_ROUTER_FLEET_PROBER_H_
 
 #include <atomic>
 #include <string>
 
+#include "engines/clock.h"
 #include "engines/engine_client.h"
 #include "router/common/clock.h"
 #include "router/common/settings.h"
@@ -42,18 +45,18 @@ struct ProbeResult {
 class Prober {
  public:
   // The settings are the fleet's (Fleet::settings(): a reload changes them).
-  Prober(engines::EngineClient& client, Fleet& fleet, const Clock& clock)
+  Prober(engines::AsyncEngineClient& client, Fleet& fleet, const Clock& clock)
       : client_(client), fleet_(fleet), clock_(clock) {}
 
   // Runs `task` and reports the result to the fleet.
-  void Run(const ProbeTask& task);
+  engines::Awaitable<void> Run(ProbeTask task);
 
   // Runs a link probe and reports the result to the fleet.
-  void RunLink(const LinkProbeTask& task);
+  engines::Awaitable<void> RunLink(LinkProbeTask task);
 
   // GET /metrics of a consumer: its failed-transfer counter
   // (router/fleet/kv_recompute.h), reported to the fleet.
-  void ScrapeRecompute(const RecomputeScrapeTask& task);
+  engines::Awaitable<void> ScrapeRecompute(RecomputeScrapeTask task);
 
   // Runs the join checks of a joining engine (B22) and reports the result
   // to the fleet: GET /health and the served model (the pinned engine
@@ -62,16 +65,16 @@ class Prober {
   // one of them the joiner: live engines first, then other joiners, then
   // the joiner alone when its role is both. The fleet's max_model_len
   // learns the joiner's.
-  void RunJoin(const JoinTask& task);
-  ProbeResult JoinCheck(const JoinTask& task);
+  engines::Awaitable<void> RunJoin(JoinTask task);
+  engines::Awaitable<ProbeResult> JoinCheck(JoinTask task);
 
   // The checks themselves (exposed for tests and operator readmission).
-  ProbeResult ProbeLink(const LinkProbeTask& task);
-  ProbeResult Health(const engines::EngineTarget& target, bool lifecycle);
-  ProbeResult Inference(const ProbeTask& task, bool lifecycle);
+  engines::Awaitable<ProbeResult> ProbeLink(LinkProbeTask task);
+  engines::Awaitable<ProbeResult> Health(engines::EngineTarget target, bool lifecycle);
+  engines::Awaitable<ProbeResult> Inference(ProbeTask task, bool lifecycle);
   // The fleet's model's max_model_len from GET /v1/models (within
   // engine.health_timeout_s), or 0 when the engine does not say.
-  long long MaxModelLen(const engines::EngineTarget& target);
+  engines::Awaitable<long long> MaxModelLen(engines::EngineTarget target);
 
   // The clock the probes read (the fleet's).
   const Clock& clock() const { return clock_; }
@@ -79,7 +82,7 @@ class Prober {
  private:
   engines::LegOptions ProbeLeg(const std::string& suffix);
 
-  engines::EngineClient& client_;
+  engines::AsyncEngineClient& client_;
   Fleet& fleet_;
   const Clock& clock_;
   std::atomic<long long> counter_{0};

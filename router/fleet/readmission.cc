@@ -15,22 +15,26 @@ ReadmitPlan PlanReadmission(const EngineSnapshot& engine, bool contract_pinned) 
   return plan;
 }
 
-absl::StatusOr<ReadmitResult> ValidateAndReadmit(Fleet& fleet, Prober& prober,
-                                                 const std::string& iid, bool contract_pinned) {
-  if (iid.empty()) return absl::InvalidArgumentError("iid is required");
+engines::Awaitable<absl::StatusOr<ReadmitResult>> ValidateAndReadmit(Fleet& fleet, Prober& prober,
+                                                                     std::string iid,
+                                                                     bool contract_pinned) {
+  if (iid.empty()) co_return absl::InvalidArgumentError("iid is required");
   const std::optional<EngineSnapshot> found = fleet.Snapshot(iid);
-  if (!found) return absl::NotFoundError("no engine " + iid);
+  if (!found) co_return absl::NotFoundError("no engine " + iid);
   const EngineSnapshot& before = *found;
   ReadmitResult result;
-  if (before.state == PlacementState::kServing) return result;
+  if (before.state == PlacementState::kServing) co_return result;
   result.plan = PlanReadmission(before, contract_pinned);
   const ProbeKind validation = result.plan.validation;
-  result.probe =
-      validation == ProbeKind::kInference
-          ? prober.Inference(ProbeTask{0, ProbeKind::kInference, iid}, contract_pinned)
-          : prober.Health(engines::EngineTarget{iid, before.settings.url,
-                                                before.settings.kv_engine_id},
-                          contract_pinned);
+  // Named, not braced temporaries: g++ 12 destroys a braced temporary
+  // passed by value to a coroutine twice.
+  if (validation == ProbeKind::kInference) {
+    const ProbeTask task{0, ProbeKind::kInference, iid};
+    result.probe = co_await prober.Inference(task, contract_pinned);
+  } else {
+    const engines::EngineTarget target{iid, before.settings.url, before.settings.kv_engine_id};
+    result.probe = co_await prober.Health(target, contract_pinned);
+  }
   const ProbeResult& r = result.probe;
   if (r.outcome != ProbeOutcome::kPassed) {
     FleetEvent refused;
@@ -42,13 +46,13 @@ absl::StatusOr<ReadmitResult> ValidateAndReadmit(Fleet& fleet, Prober& prober,
     refused.producer = r.producer;
     refused.detail = r.detail;
     fleet.Publish(refused);
-    return absl::FailedPreconditionError(
+    co_return absl::FailedPreconditionError(
         "readmission of " + iid + " refused: " + std::string(ProbeKindName(validation)) +
         " validation " + std::string(ProbeOutcomeName(r.outcome)) + ": " + r.detail);
   }
-  if (absl::Status s = fleet.Readmit(iid, result.plan.evidence); !s.ok()) return s;
+  if (absl::Status s = fleet.Readmit(iid, result.plan.evidence); !s.ok()) co_return s;
   result.readmitted = true;
-  return result;
+  co_return result;
 }
 
 }  // namespace narwhal::router

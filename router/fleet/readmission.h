@@ -32,12 +32,13 @@ struct ReadmitResult {
   ProbeResult probe;  // the validation's result (readmitted only)
 };
 
-// Validates `iid` by `prober` and readmits it into `fleet`. Blocking (runs
-// the probe). NOT_FOUND / INVALID_ARGUMENT for an unknown or empty iid;
+// Validates `iid` by `prober` and readmits it into `fleet`: a coroutine (it
+// runs the probe) on the caller's loop. NOT_FOUND / INVALID_ARGUMENT for an unknown or empty iid;
 // FAILED_PRECONDITION (with the validation's outcome and detail) when the
 // validation did not pass.
-absl::StatusOr<ReadmitResult> ValidateAndReadmit(Fleet& fleet, Prober& prober,
-                                                 const std::string& iid, bool contract_pinned);
+engines::Awaitable<absl::StatusOr<ReadmitResult>> ValidateAndReadmit(Fleet& fleet, Prober& prober,
+                                                                     std::string iid,
+                                                                     bool contract_pinned);
 
 }  // namespace narwhal::router
 

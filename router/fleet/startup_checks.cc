@@ -9,21 +9,21 @@
 
 namespace narwhal::router {
 
-StartupChecks::StartupChecks(Fleet& fleet, Prober& prober, std::chrono::milliseconds retry,
-                             size_t max_threads, std::chrono::milliseconds poll)
+StartupChecks::StartupChecks(Fleet& fleet, Prober& prober, engines::Executor executor,
+                             engines::MonoClock::duration retry, size_t max_checkers)
     : fleet_(fleet),
       prober_(prober),
       clock_(prober.clock()),
       retry_(retry),
-      max_threads_(std::max<size_t>(1, max_threads)),
-      poll_(std::max(poll, std::chrono::milliseconds(1))) {}
+      max_checkers_(std::max<size_t>(1, max_checkers)),
+      tasks_(std::move(executor), "start-up checks") {}
 
 StartupChecks::~StartupChecks() { Stop(); }
 
 void StartupChecks::Start() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!threads_.empty()) return;
-  stop_ = false;
+  if (stop_) return;
+  stop_ = std::make_unique<engines::CancelToken>();
   queue_.clear();
   // The engines by role, in fleet order, then interleaved.
   std::array<std::vector<std::string>, 3> by_role;
@@ -40,15 +40,11 @@ void StartupChecks::Start() {
     }
     if (!more) break;
   }
-  const size_t n = std::min(max_threads_, queue_.size());
-  running_ = n;
-  for (size_t t = 0; t < n; ++t) threads_.emplace_back([this] { Checker(); });
+  const size_t n = std::min(max_checkers_, queue_.size());
+  for (size_t t = 0; t < n; ++t) tasks_.Spawn(Checker(stop_.get()));
 }
 
-size_t StartupChecks::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return running_;
-}
+size_t StartupChecks::running() const { return tasks_.running(); }
 
 size_t StartupChecks::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -56,39 +52,39 @@ size_t StartupChecks::waiting() const {
 }
 
 void StartupChecks::Stop() {
-  std::vector<std::thread> threads;
+  std::unique_ptr<engines::CancelToken> stop;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    threads.swap(threads_);
+    if (!stop_) return;
+    stop_->Cancel();
+    stop = std::move(stop_);
   }
-  cv_.notify_all();
-  for (std::thread& t : threads) t.join();
+  tasks_.Wait();  // the checkers read `stop` until they end
   std::lock_guard<std::mutex> lock(mu_);
   queue_.clear();
 }
 
-void StartupChecks::Checker() {
-  std::unique_lock<std::mutex> lock(mu_);
+engines::Awaitable<void> StartupChecks::Checker(engines::CancelToken* stop) {
   // An engine being checked has its checker, which puts it back after a
   // failure and goes on; a checker ends when the idle ones are enough for
-  // the engines waiting (one each), so the threads shrink with the line.
-  while (!stop_ && !queue_.empty()) {
+  // the engines waiting (one each), so the checkers shrink with the line.
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop->cancelled() && !queue_.empty()) {
     const MonoTime now = clock_.Now();
     const MonoTime due = queue_.front().due;
     if (due > now) {
       if (idle_ >= queue_.size()) break;
-      const auto wait = std::min<std::chrono::nanoseconds>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(due - now), poll_);
       ++idle_;
-      cv_.wait_for(lock, wait, [this] { return stop_; });
+      lock.unlock();
+      co_await engines::SleepUntil(clock_, tasks_.executor(), due, stop);
+      lock.lock();
       --idle_;
       continue;
     }
     Pending p = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    const bool done = CheckOnce(p);
+    const bool done = co_await CheckOnce(p);
     lock.lock();
     if (done) continue;
     p.due = clock_.Now() + retry_;
@@ -96,11 +92,10 @@ void StartupChecks::Checker() {
                                      [](MonoTime t, const Pending& q) { return t < q.due; });
     queue_.insert(at, std::move(p));
   }
-  --running_;
 }
 
-void StartupChecks::LearnModelLen(const engines::EngineTarget& target) {
-  const long long n = prober_.MaxModelLen(target);
+engines::Awaitable<void> StartupChecks::LearnModelLen(engines::EngineTarget target) {
+  const long long n = co_await prober_.MaxModelLen(target);
   if (n > 0) {
     fleet_.RecordMaxModelLen(target.iid, n);
   } else {
@@ -108,34 +103,36 @@ void StartupChecks::LearnModelLen(const engines::EngineTarget& target) {
   }
 }
 
-bool StartupChecks::CheckOnce(Pending& p) {
+engines::Awaitable<bool> StartupChecks::CheckOnce(Pending& p) {
   const std::optional<engines::EngineTarget> found = fleet_.Target(p.iid);
   if (!found) {
     LogInfo("engine " + p.iid + " left the fleet before passing its start-up health check");
-    return true;
+    co_return true;
   }
-  const engines::EngineTarget& target = *found;
+  const engines::EngineTarget target = *found;
   if (fleet_.Checked(target.iid)) {  // a probe or a served leg got there first
-    LearnModelLen(target);
-    return true;
+    co_await LearnModelLen(target);
+    co_return true;
   }
   ++p.attempts;
   const std::string who = "engine " + target.iid + " (" + target.url + ")";
-  const ProbeResult r = prober_.Health(target, /*lifecycle=*/false);
+  const ProbeResult r = co_await prober_.Health(target, /*lifecycle=*/false);
   if (r.outcome == ProbeOutcome::kPassed) {
     // Before readiness: a ready router knows the model's context length.
-    LearnModelLen(target);
+    co_await LearnModelLen(target);
     fleet_.RecordSuccess(target.iid, Success::kLiveness);
     LogInfo(who + " passed its start-up health check (attempt " + std::to_string(p.attempts) +
             "): it counts towards readiness");
-    return true;
+    co_return true;
   }
   if (r.detail != p.last_failure) {
-    LogWarning(who + " failed its start-up health check: " + r.detail + "; retrying every " +
-               std::to_string(retry_.count()) + " ms (not counted towards readiness)");
+    LogWarning(
+        who + " failed its start-up health check: " + r.detail + "; retrying every " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(retry_).count()) +
+        " ms (not counted towards readiness)");
     p.last_failure = r.detail;
   }
-  return false;
+  co_return false;
 }
 
 }  // namespace narwhal::router

@@ -7,47 +7,43 @@
 // engine's address and the cause. Once an engine passed, its /v1/models
 // tells the fleet the model's max_model_len.
 //
-// Threads do not grow with the fleet: at most `max_threads` checker threads
-// (kMaxThreads by default, fewer when there are fewer engines) take the
-// engines still unchecked in turn, one check (GET /health and the served
-// model) at a time each. The line starts with the roles interleaved (the
-// first prefill engine, the first decode engine, ...) so that every role
-// gets its first checks early; a failed engine goes to the back and is
-// checked again no sooner than `retry` after that failure, as time goes on
-// the prober's clock. An engine that left the fleet is dropped; one that
-// passed another check meanwhile only has its max_model_len read. Checker
-// threads end as the line shrinks (no more idle checkers than engines
-// waiting; none once every engine passed); Stop() wakes the idle ones at
-// once and waits for checks in progress (each bounded by
-// engine.health_timeout_s).
+// The checks are coroutines on the owner's loop, over the async engine port:
+// at most `max_checkers` (kMaxCheckers by default, fewer when there are fewer
+// engines) take the engines still unchecked in turn, one check (GET /health
+// and the served model) at a time each. The line starts with the roles
+// interleaved (the first prefill engine, the first decode engine, ...) so
+// that every role gets its first checks early; a failed engine goes to the
+// back and is checked again no sooner than `retry` after that failure, on
+// the prober's clock (an idle checker sleeps on that clock until the next
+// engine is due). An engine that left the fleet is dropped; one that passed
+// another check meanwhile only has its max_model_len read. Checkers end as
+// the line shrinks (no more idle checkers than engines waiting; none once
+// every engine passed); Stop() wakes the idle ones at once and waits for
+// checks in progress (each bounded by engine.health_timeout_s).
 #ifndef NARWHAL_ROUTER_FLEET_STARTUP_CHECKS_H_
 #define NARWHAL_ROUTER_FLEET_STARTUP_CHECKS_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "router/common/clock.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/prober.h"
+#include "router/fleet/spawned_tasks.h"
 
 namespace narwhal::router {
 
 class StartupChecks {
  public:
-  static constexpr size_t kMaxThreads = 16;
+  static constexpr size_t kMaxCheckers = 16;
 
-  // `poll` bounds each real-time wait of an idle checker before it reads the
-  // prober's clock again (a test clock moves without waking anyone); with the
-  // real clock a checker waits exactly until the next engine is due.
-  StartupChecks(Fleet& fleet, Prober& prober, std::chrono::milliseconds retry,
-                size_t max_threads = kMaxThreads,
-                std::chrono::milliseconds poll = std::chrono::seconds(1));
+  // The checks run on `executor`.
+  StartupChecks(Fleet& fleet, Prober& prober, engines::Executor executor,
+                engines::MonoClock::duration retry, size_t max_checkers = kMaxCheckers);
   ~StartupChecks();  // Stop()
   StartupChecks(const StartupChecks&) = delete;
   StartupChecks& operator=(const StartupChecks&) = delete;
@@ -55,9 +51,10 @@ class StartupChecks {
   // Checks every engine of the fleet that has not passed a check yet; no-op
   // until Stop() once started.
   void Start();
-  // Ends the checks still repeating and waits for the checker threads.
+  // Ends the checks still repeating and waits for the checkers. Not from
+  // the executor's thread.
   void Stop();
-  // The checker threads running now (ended ones are joined by Stop()).
+  // The checkers running now.
   size_t running() const;
   // Engines waiting in line for their next check (not the ones being
   // checked right now).
@@ -72,26 +69,23 @@ class StartupChecks {
     std::string last_failure;  // the last failure logged
   };
 
-  void Checker();
+  engines::Awaitable<void> Checker(engines::CancelToken* stop);
   // One check of `p`: true when the engine needs no more (passed, checked
   // by something else, or gone).
-  bool CheckOnce(Pending& p);
+  engines::Awaitable<bool> CheckOnce(Pending& p);
   // Reads the engine's max_model_len (/v1/models) into the fleet.
-  void LearnModelLen(const engines::EngineTarget& target);
+  engines::Awaitable<void> LearnModelLen(engines::EngineTarget target);
 
   Fleet& fleet_;
   Prober& prober_;
   const Clock& clock_;
-  const std::chrono::milliseconds retry_;
-  const size_t max_threads_;
-  const std::chrono::milliseconds poll_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::deque<Pending> queue_;  // by due time, earliest first
-  size_t idle_ = 0;            // checkers waiting for the next due engine
-  size_t running_ = 0;         // checkers not yet returned
-  std::vector<std::thread> threads_;
+  const engines::MonoClock::duration retry_;
+  const size_t max_checkers_;
+  SpawnedTasks tasks_;
+  mutable std::mutex mu_;  // the fields below (tests read them from other threads)
+  std::unique_ptr<engines::CancelToken> stop_;  // set while started
+  std::deque<Pending> queue_;                   // by due time, earliest first
+  size_t idle_ = 0;                             // checkers waiting for the next due engine
 };
 
 }  // namespace narwhal::router

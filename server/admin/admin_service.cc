@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engines/engine_failure.h"
+#include "engines/run_blocking.h"
 #include "router/fleet/readmission.h"
 #include "server/admin/admin_callbacks.h"
 #include "server/admin/admin_mappers.h"
@@ -26,17 +27,18 @@ using router::PlacementState;
 
 AdminService::AdminService(const router::Settings& settings, router::Fleet& fleet,
                            router::Prober& prober, router::EventBus& events,
-                           engines::EngineClient& client, const router::Clock& clock,
-                           AdminOptions options)
+                           engines::AsyncEngineClient& client, engines::Executor control,
+                           const router::Clock& clock, AdminOptions options)
     : settings_(settings),
       fleet_(fleet),
       prober_(prober),
       events_(events),
       client_(client),
+      control_(std::move(control)),
       clock_(clock),
       options_(std::move(options)),
       watch_limits_{options_.max_watchers, options_.watch_buffer_bytes, options_.watch_queue},
-      workers_(std::make_unique<router::WorkerPool>(std::max<size_t>(1, options_.workers))) {}
+      workers_(std::make_unique<WorkerPool>(std::max<size_t>(1, options_.workers))) {}
 
 AdminService::~AdminService() {
   workers_.reset();  // runs what is queued, joins
@@ -108,7 +110,8 @@ void AdminService::Shutdown() {
 
 router::PreflightReport AdminService::Preflight(router::PairMode pairs,
                                                 const std::string& trigger) {
-  router::PreflightReport report = router::RunPreflight(settings_, client_, clock_, pairs);
+  router::PreflightReport report =
+      router::RunPreflight(settings_, client_, control_, clock_, pairs);
   pb::PreflightReport proto;
   FillReport(report, trigger, &proto);
   {
@@ -124,7 +127,7 @@ grpc::Status AdminService::Readmit(const std::string& iid, pb::ReadmitEngineResp
   // (router/fleet/readmission.h); this maps its result.
   const bool pinned = settings_.engine_contract.has_value();
   absl::StatusOr<router::ReadmitResult> r =
-      router::ValidateAndReadmit(fleet_, prober_, iid, pinned);
+      engines::RunBlocking(control_, router::ValidateAndReadmit(fleet_, prober_, iid, pinned));
   if (!r.ok()) return ToGrpcStatus(r.status());
   EngineSnapshot after;
   if (grpc::Status found = Lookup(iid, &after); !found.ok()) return found;

@@ -45,7 +45,7 @@
 #include "router/fleet/fleet.h"
 #include "router/fleet/preflight.h"
 #include "router/fleet/prober.h"
-#include "router/fleet/worker_pool.h"
+#include "server/admin/worker_pool.h"
 
 namespace narwhal::server {
 
@@ -88,11 +88,12 @@ struct AdminOptions {
 
 class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
  public:
-  // Every reference must outlive the service. `client` is the engine client
-  // preflight uses; `prober` runs readmission validation.
+  // Every reference must outlive the service. `client` is the engine port
+  // preflight uses and `prober` runs readmission validation, their legs on
+  // `control` (the owner's loop) while an admin worker thread waits.
   AdminService(const router::Settings& settings, router::Fleet& fleet, router::Prober& prober,
-               router::EventBus& events, engines::EngineClient& client, const router::Clock& clock,
-               AdminOptions options = {});
+               router::EventBus& events, engines::AsyncEngineClient& client,
+               engines::Executor control, const router::Clock& clock, AdminOptions options = {});
   // Waits for running preflight and readmission work (bounded by the
   // engine timeouts).
   ~AdminService() override;
@@ -154,9 +155,9 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* RemoveEngine(grpc::CallbackServerContext* context,
                                          const narwhal::admin::v1::RemoveEngineRequest* request,
                                          narwhal::admin::v1::Engine* response) override;
-  grpc::ServerUnaryReactor* ReloadConfig(grpc::CallbackServerContext* context,
-                                         const narwhal::admin::v1::ReloadConfigRequest* request,
-                                         narwhal::admin::v1::ReloadConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ReloadConfig(
+      grpc::CallbackServerContext* context, const narwhal::admin::v1::ReloadConfigRequest* request,
+      narwhal::admin::v1::ReloadConfigResponse* response) override;
   grpc::ServerUnaryReactor* GetConfig(grpc::CallbackServerContext* context,
                                       const narwhal::admin::v1::GetConfigRequest* request,
                                       google::protobuf::Struct* response) override;
@@ -185,7 +186,8 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   router::Fleet& fleet_;
   router::Prober& prober_;
   router::EventBus& events_;
-  engines::EngineClient& client_;
+  engines::AsyncEngineClient& client_;
+  const engines::Executor control_;
   const router::Clock& clock_;
   const AdminOptions options_;
   const router::WatchLimits watch_limits_;
@@ -203,7 +205,7 @@ class AdminService final : public narwhal::admin::v1::Admin::CallbackService {
   long long watch_logs_suppressed_ = 0;
 
   // Last member: destroyed (joined) first, while the state above is alive.
-  std::unique_ptr<router::WorkerPool> workers_;
+  std::unique_ptr<WorkerPool> workers_;
 };
 
 }  // namespace narwhal::server

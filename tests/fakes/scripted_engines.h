@@ -1,4 +1,4 @@
-// ScriptedEngines: the scripted synchronous engines::EngineClient of the
+// ScriptedEngines: the scripted engines::AsyncEngineClient of the
 // control-plane tests (tests/router/fleet/): answers are scripted per engine,
 // time moves on the shared FakeClock only when a script says so, and every
 // call is recorded.
@@ -27,7 +27,8 @@
 //             POST {"system_fingerprint": "fp"}, anything else
 //             404. Each call may cost a fixed clock time.
 // Engines without a script of their own get the default prefill and decode
-// scripts (no latency, a handoff, one token then [DONE]). Thread-safe.
+// scripts (no latency, a handoff, one token then [DONE]). A leg never
+// suspends: it completes within the co_await that starts it. Thread-safe.
 #ifndef NARWHAL_TESTS_FAKES_SCRIPTED_ENGINES_H_
 #define NARWHAL_TESTS_FAKES_SCRIPTED_ENGINES_H_
 
@@ -106,7 +107,7 @@ struct Call {
   double timeout_s = 0;                 // control
 };
 
-class ScriptedEngines : public engines::EngineClient {
+class ScriptedEngines : public engines::AsyncEngineClient {
  public:
   // `manual`, when set, is the clock the scripts' latencies advance;
   // `first_token_timeout_s` is what a silent consumer costs.
@@ -182,9 +183,31 @@ class ScriptedEngines : public engines::EngineClient {
     calls_.clear();
   }
 
-  engines::PrefillOutcome Prefill(const engines::EngineTarget& producer, engines::Api api,
-                                  const nlohmann::json& client_body,
-                                  const engines::LegOptions& options) override {
+  engines::Awaitable<engines::PrefillOutcome> Prefill(engines::EngineTarget producer,
+                                                      engines::Api api,
+                                                      const nlohmann::json& client_body,
+                                                      engines::LegOptions options) override {
+    co_return PrefillNow(producer, api, client_body, options);
+  }
+  engines::Awaitable<engines::DecodeOutcome> Decode(engines::EngineTarget consumer,
+                                                    const engines::PrefillResult& handoff,
+                                                    const nlohmann::json& client_body,
+                                                    bool client_streams,
+                                                    engines::LegOptions options,
+                                                    engines::DecodeObserver& observer) override {
+    co_return DecodeNow(consumer, handoff, client_body, client_streams, options, observer);
+  }
+  engines::Awaitable<engines::ControlResponse> Control(engines::EngineTarget engine,
+                                                       std::string method, std::string path,
+                                                       std::string body,
+                                                       double timeout_s) override {
+    co_return ControlNow(engine, method, path, body, timeout_s);
+  }
+
+ private:
+  engines::PrefillOutcome PrefillNow(const engines::EngineTarget& producer, engines::Api api,
+                                     const nlohmann::json& client_body,
+                                     const engines::LegOptions& options) {
     PrefillScript s;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -207,11 +230,11 @@ class ScriptedEngines : public engines::EngineClient {
     return out;
   }
 
-  engines::DecodeOutcome Decode(const engines::EngineTarget& consumer,
-                                const engines::PrefillResult& handoff,
-                                const nlohmann::json& client_body, bool /*client_streams*/,
-                                const engines::LegOptions& options,
-                                engines::DecodeObserver& observer) override {
+  engines::DecodeOutcome DecodeNow(const engines::EngineTarget& consumer,
+                                   const engines::PrefillResult& handoff,
+                                   const nlohmann::json& client_body, bool /*client_streams*/,
+                                   const engines::LegOptions& options,
+                                   engines::DecodeObserver& observer) {
     DecodeScript s;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -256,9 +279,9 @@ class ScriptedEngines : public engines::EngineClient {
     return out;
   }
 
-  engines::ControlResponse Control(const engines::EngineTarget& engine, std::string_view method,
-                                   std::string_view path, const std::string& body,
-                                   double timeout_s) override {
+  engines::ControlResponse ControlNow(const engines::EngineTarget& engine, std::string_view method,
+                                      std::string_view path, const std::string& body,
+                                      double timeout_s) {
     engines::ControlResponse r;
     double latency_s = 0;
     {
@@ -275,7 +298,6 @@ class ScriptedEngines : public engines::EngineClient {
     return r;
   }
 
- private:
   struct ControlScript {
     engines::ControlResponse response;
     std::optional<engines::MonoTime> until;  // none: for good

@@ -1,13 +1,11 @@
-// The router core's pure parts: Placement, RetryBudget, BreakerBook, Fleet and
-// WorkerPool.
+// The router core's pure parts: Placement, RetryBudget, BreakerBook and Fleet.
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
 #include <chrono>
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
 
 #include "router/common/log.h"
 #include "router/common/metrics.h"
@@ -15,11 +13,10 @@
 #include "router/fleet/breaker_book.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/placement.h"
-#include "router/fleet/worker_pool.h"
 #include "router/retry_budget.h"
 #include "tests/fakes/fake_clock.h"
-#include "tests/router/test_util.h"
 #include "tests/fakes/test_engine.h"
+#include "tests/router/test_util.h"
 
 namespace narwhal::router {
 namespace {
@@ -33,9 +30,7 @@ using ::narwhal::testing::Engine;
 // ---------------------------------------------------------------------------
 // Placement
 
-TEST(PlacementTest, NoCandidateNoChoice) {
-  EXPECT_FALSE(ChooseLeastLoaded({}, 0).has_value());
-}
+TEST(PlacementTest, NoCandidateNoChoice) { EXPECT_FALSE(ChooseLeastLoaded({}, 0).has_value()); }
 
 TEST(PlacementTest, LeastInflightWinsWhateverTheRotation) {
   const std::vector<Candidate> c = {{0, 3, false}, {1, 1, false}, {2, 2, false}};
@@ -115,7 +110,8 @@ class BreakerBookTest : public ::testing::Test {
                    const std::string& cause = "x", std::vector<BreakerEvent>* events = nullptr) {
     bool quarantined = false;
     for (BreakerEvent& e : book.RecordFailure(i, cls, Phase::kDecode, "p0", cause, now)) {
-      quarantined = quarantined || (e.kind == FleetEventKind::kEngineHoldStarted && e.hold_kind == HoldKind::kTimed);
+      quarantined = quarantined || (e.kind == FleetEventKind::kEngineHoldStarted &&
+                                    e.hold_kind == HoldKind::kTimed);
       if (events != nullptr) events->push_back(std::move(e));
     }
     return quarantined;
@@ -186,9 +182,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<ClearingCase>& info) { return info.param.name; });
 
 TEST_F(BreakerBookTest, B15_QuarantineStartsAndExpires) {
-  BreakerBook book({Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
-                    Engine("d0", Role::kDecode)},
-                   Quarantine(5));
+  BreakerBook book(
+      {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill), Engine("d0", Role::kDecode)},
+      Quarantine(5));
   EXPECT_TRUE(Fail(book, 0, BreakerClass::kConnection, t0_, "prefill x"));
   EXPECT_EQ(book.State(0, t0_), PlacementState::kQuarantined);
   EXPECT_FALSE(book.Eligible(0, /*prefill=*/true, t0_ + 4999ms));
@@ -229,9 +225,9 @@ TEST_F(BreakerBookTest, B15_LastEngineOfARoleStaysInPlacement) {
 }
 
 TEST_F(BreakerBookTest, EligibilityFollowsRoles) {
-  BreakerBook book({Engine("p", Role::kPrefill), Engine("d", Role::kDecode),
-                    Engine("b", Role::kBoth)},
-                   RecoverySettings{});
+  BreakerBook book(
+      {Engine("p", Role::kPrefill), Engine("d", Role::kDecode), Engine("b", Role::kBoth)},
+      RecoverySettings{});
   EXPECT_TRUE(book.Eligible(0, true, t0_));
   EXPECT_FALSE(book.Eligible(0, false, t0_));
   EXPECT_FALSE(book.Eligible(1, true, t0_));
@@ -251,9 +247,9 @@ TEST_F(BreakerBookTest, ReleaseQuarantineEndsItEarly) {
 }
 
 TEST_F(BreakerBookTest, B17_StreamStreakHoldsUntilAnInferenceProbePasses) {
-  BreakerBook book({Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode),
-                    Engine("d1", Role::kDecode)},
-                   RecoverySettings{});  // eject_after 3
+  BreakerBook book(
+      {Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)},
+      RecoverySettings{});  // eject_after 3
   Fail(book, 1, BreakerClass::kStream, t0_);
   Fail(book, 1, BreakerClass::kStream, t0_);
   EXPECT_EQ(book.State(1, t0_), PlacementState::kServing);
@@ -276,8 +272,7 @@ TEST_F(BreakerBookTest, B17_StreamStreakHoldsUntilAnInferenceProbePasses) {
 }
 
 TEST_F(BreakerBookTest, B17_LastEngineOfARoleIsNeverHeld) {
-  BreakerBook book({Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)},
-                   RecoverySettings{});
+  BreakerBook book({Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)}, RecoverySettings{});
   std::vector<BreakerEvent> events;
   for (int i = 0; i < 3; ++i) Fail(book, 1, BreakerClass::kStream, t0_, "x", &events);
   EXPECT_EQ(book.State(1, t0_), PlacementState::kServing);
@@ -286,8 +281,7 @@ TEST_F(BreakerBookTest, B17_LastEngineOfARoleIsNeverHeld) {
 }
 
 TEST_F(BreakerBookTest, B17_ConnectionStreakEjectsEvenTheLastEngine) {
-  BreakerBook book({Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)},
-                   RecoverySettings{});
+  BreakerBook book({Engine("p0", Role::kPrefill), Engine("d0", Role::kDecode)}, RecoverySettings{});
   for (int i = 0; i < 2; ++i) Fail(book, 1, BreakerClass::kConnection, t0_);
   EXPECT_EQ(book.State(1, t0_), PlacementState::kServing);
   std::vector<BreakerEvent> events;
@@ -299,9 +293,9 @@ TEST_F(BreakerBookTest, B17_ConnectionStreakEjectsEvenTheLastEngine) {
 }
 
 TEST_F(BreakerBookTest, B17_TimeoutStreakAsksForAHealthProbeOnly) {
-  BreakerBook book({Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
-                    Engine("d0", Role::kDecode)},
-                   RecoverySettings{});
+  BreakerBook book(
+      {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill), Engine("d0", Role::kDecode)},
+      RecoverySettings{});
   for (int i = 0; i < 3; ++i) Fail(book, 0, BreakerClass::kTimeout, t0_);
   EXPECT_EQ(book.State(0, t0_), PlacementState::kServing);
   const auto tasks = book.TakeDueProbes(t0_, {false, false, false});
@@ -367,7 +361,7 @@ TEST_F(FleetTest, B7_ReservationIsCountedAndReleasedOnce) {
     auto b = fleet.PickAndReserve(Phase::kDecode, {});
     ASSERT_TRUE(a && b);
     EXPECT_NE(a->target().iid, b->target().iid);  // least loaded first
-  }  // destructors release
+  }                                               // destructors release
   for (const EngineSnapshot& s : fleet.Snapshot()) {
     EXPECT_EQ(s.inflight_prefill, 0);
     EXPECT_EQ(s.inflight_decode, 0);
@@ -495,71 +489,6 @@ TEST_F(FleetTest, ReadyWaitsForAnEngineOfEachRoleToPassACheck) {
   // A served leg counts as a check.
   fleet.RecordSuccess("d1", Success::kDecodeDone);
   EXPECT_TRUE(fleet.Ready(&why)) << why;
-}
-
-// ---------------------------------------------------------------------------
-// WorkerPool
-
-// Fulfils a promise when the last copy of the task holding it is destroyed.
-// The deleter owns the promise, so it outlives the signalling thread's use.
-std::shared_ptr<int> DestructionSignal(std::shared_ptr<std::promise<void>> p) {
-  return std::shared_ptr<int>(new int(0), [p](int* x) {
-    delete x;
-    p->set_value();
-  });
-}
-
-TEST(WorkerPoolTest, SequentialTasksReuseOneThread) {
-  WorkerPool pool(8);
-  int ran = 0;
-  for (int i = 0; i < 100; ++i) {
-    auto done = std::make_shared<std::promise<void>>();
-    std::future<void> f = done->get_future();
-    // The pool destroys a finished task under its lock right before the
-    // worker goes idle, so once the signal fires the next Run() finds it idle.
-    pool.Run([&ran, signal = DestructionSignal(done)] { ++ran; });
-    ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << i;
-  }
-  EXPECT_EQ(ran, 100);
-  EXPECT_EQ(pool.threads(), 1u);
-}
-
-TEST(WorkerPoolTest, ConcurrentTasksGetTheirOwnThreads) {
-  std::promise<void> a_started, b_started;
-  std::shared_future<void> a = a_started.get_future().share();
-  std::shared_future<void> b = b_started.get_future().share();
-  std::promise<bool> a_saw_b, b_saw_a;
-  auto fa = a_saw_b.get_future();
-  auto fb = b_saw_a.get_future();
-  WorkerPool pool(4);  // destroyed (joined) before the promises its tasks use
-  pool.Run([&] {
-    a_started.set_value();
-    a_saw_b.set_value(b.wait_for(10s) == std::future_status::ready);
-  });
-  pool.Run([&] {
-    b_started.set_value();
-    b_saw_a.set_value(a.wait_for(10s) == std::future_status::ready);
-  });
-  EXPECT_TRUE(fa.get());
-  EXPECT_TRUE(fb.get());
-  EXPECT_EQ(pool.threads(), 2u);
-}
-
-TEST(WorkerPoolTest, ThreadCountIsCappedAndQueuedTasksStillRun) {
-  std::atomic<int> ran{0};
-  {
-    WorkerPool pool(1);
-    std::promise<void> release;
-    std::shared_future<void> gate = release.get_future().share();
-    pool.Run([gate, &ran] {
-      gate.wait_for(10s);
-      ++ran;
-    });
-    for (int i = 0; i < 5; ++i) pool.Run([&ran] { ++ran; });
-    EXPECT_EQ(pool.threads(), 1u);
-    release.set_value();
-  }  // the destructor runs what is queued, then joins
-  EXPECT_EQ(ran.load(), 6);
 }
 
 TEST(LogSecondsTest, ShortestReadableDuration) {

@@ -22,17 +22,18 @@
 
 #include "engines/engine_failure.h"
 #include "engines/http/io_loops.h"
-#include "engines/sync_engine_client.h"
+#include "engines/run_blocking.h"
 #include "router/common/journal.h"
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
 #include "router/fleet/fleet.h"
+#include "tests/fakes/blocking_legs.h"
 #include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
+#include "tests/fakes/test_engine.h"
 #include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"
-#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 
@@ -640,8 +641,7 @@ struct MappingCase {
   std::string message_prefix;
 };
 
-class FailureMappingTest : public RouterTest,
-                           public ::testing::WithParamInterface<MappingCase> {};
+class FailureMappingTest : public RouterTest, public ::testing::WithParamInterface<MappingCase> {};
 
 TEST_P(FailureMappingTest, B10_FailureMapsToStatusAndType) {
   const MappingCase& c = GetParam();
@@ -699,14 +699,25 @@ INSTANTIATE_TEST_SUITE_P(
                     ErrorType::kDecode, Terminal::kFailed, "engine_timeout",
                     "no first token within"},
         MappingCase{"DecodeMissingDone", false, nt::MissingDone(), "", 502, ErrorType::kDecode,
-                    Terminal::kFailed, "engine_error",
-                    "stream ended before the [DONE] terminator"},
-        MappingCase{"B11_DecodeDoneBeforeAnyToken", false, {}, nt::kDone, 502, ErrorType::kDecode,
-                    Terminal::kFailed, "engine_error",
+                    Terminal::kFailed, "engine_error", "stream ended before the [DONE] terminator"},
+        MappingCase{"B11_DecodeDoneBeforeAnyToken",
+                    false,
+                    {},
+                    nt::kDone,
+                    502,
+                    ErrorType::kDecode,
+                    Terminal::kFailed,
+                    "engine_error",
                     "stream ended with [DONE] before any token arrived"},
-        MappingCase{"B11_DecodeInStreamErrorKeepsItsCode", false, {},
-                    nt::StreamError(503, "overloaded"), 503, ErrorType::kDecode,
-                    Terminal::kFailed, "engine_error", "engine stream error 503"},
+        MappingCase{"B11_DecodeInStreamErrorKeepsItsCode",
+                    false,
+                    {},
+                    nt::StreamError(503, "overloaded"),
+                    503,
+                    ErrorType::kDecode,
+                    Terminal::kFailed,
+                    "engine_error",
+                    "engine stream error 503"},
         MappingCase{"DecodeRequestDeadline", false, nt::RequestDeadline(), "", 504,
                     ErrorType::kRequestExpired, Terminal::kExpired, "deadline",
                     "request deadline passed"}),
@@ -738,14 +749,13 @@ TEST_F(RouterTest, B14_DefaultIsOneAttemptWithoutRetry) {
   EXPECT_EQ(af["output_started"], false);
   EXPECT_EQ(af["retry_scheduled"], false);
   EXPECT_EQ(af["retry_reason"], "attempt_limit");
-  EXPECT_EQ(Metric("narwhal_attempt_failures_total",
-                   {{"phase", "decode"}, {"reason", "engine_timeout"}}),
-            1);
+  EXPECT_EQ(
+      Metric("narwhal_attempt_failures_total", {{"phase", "decode"}, {"reason", "engine_timeout"}}),
+      1);
   // The series names the engine that failed.
-  EXPECT_EQ(Metric("narwhal_attempt_failures_total",
-                   {{"phase", "decode"},
-                    {"reason", "engine_timeout"},
-                    {"iid", fake_.decode_calls()[0].target.iid}}),
+  EXPECT_EQ(Metric("narwhal_attempt_failures_total", {{"phase", "decode"},
+                                                      {"reason", "engine_timeout"},
+                                                      {"iid", fake_.decode_calls()[0].target.iid}}),
             1);
   EXPECT_EQ(Metric("narwhal_retry_attempts_total"), 0);
 }
@@ -1052,7 +1062,7 @@ TEST_F(RouterTest, B14_CreditRefundedWhenTheRetryIsCancelledBeforeDispatch) {
   channel_promise.set_value(channel);
   Result r = Collect(*channel);
   EXPECT_EQ(r.outcome.terminal, Terminal::kCancelled);
-  EXPECT_EQ(credits_during_backoff.load(), 0);  // reserved when scheduled
+  EXPECT_EQ(credits_during_backoff.load(), 0);      // reserved when scheduled
   EXPECT_EQ(router_->retry_budget().credits(), 1);  // returned: never dispatched
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
   const json row = Row(rid);
@@ -1091,8 +1101,8 @@ TEST_F(RouterTest, B14_BackoffIsFullJitterWithinTheDoublingCeiling) {
     max_first = std::max(max_first, first);
     max_second = std::max(max_second, second);
   }
-  EXPECT_GT(max_first, 0.25);   // jittered, not always zero
-  EXPECT_GT(max_second, 0.5);   // the ceiling doubled (capped at 0.75)
+  EXPECT_GT(max_first, 0.25);  // jittered, not always zero
+  EXPECT_GT(max_second, 0.5);  // the ceiling doubled (capped at 0.75)
 }
 
 TEST_F(RouterTest, NoPrefillStartsWithoutAPlaceableConsumer) {
@@ -1255,7 +1265,8 @@ TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
                        Engine("d1", Role::kDecode)};
   Start();  // eject_after 3, one attempt
   for (const char* iid : {"d0", "d1"}) {
-    for (int i = 0; i < 3; ++i) fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()), iid);
+    for (int i = 0; i < 3; ++i)
+      fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()), iid);
   }
   std::string held;
   for (int i = 0; i < 10 && held.empty(); ++i) {
@@ -1277,9 +1288,9 @@ TEST_F(RouterTest, B17_StreamStreakHoldsTheDecodeEngineOutOfPlacement) {
   bool journaled = false;
   journal_->Flush();
   for (const json& row : nt::ReadJournal(journal_path_)) {
-    journaled = journaled || (row.value("event", "") == "engine_hold_started" &&
-                              row.value("iid", "") == held &&
-                              row.value("hold_kind", "") == "inference");
+    journaled =
+        journaled || (row.value("event", "") == "engine_hold_started" &&
+                      row.value("iid", "") == held && row.value("hold_kind", "") == "inference");
   }
   EXPECT_TRUE(journaled);
 }
@@ -1564,7 +1575,7 @@ TEST_F(RouterTest, DrainGraceRunsOnTheInjectedClock) {
   ASSERT_TRUE(WaitTimerAt(clock_, grace_end)) << "the grace timer was never armed at 30 s";
   clock_.Advance(29s);
   // The loop runs the timers that came due (none may be the grace's).
-  engines::RunBlocking<bool>(loops_.executor(0), []() -> engines::Awaitable<bool> { co_return true; });
+  engines::RunBlocking(loops_.executor(0), []() -> engines::Awaitable<bool> { co_return true; }());
   // Drain releases its timer only once its wait ended: still armed, the
   // grace has not ended, and the request was not cut.
   EXPECT_TRUE(HasTimerAt(clock_, grace_end)) << "the grace ended before 30 s on the clock";

@@ -35,8 +35,9 @@
 #include "engines/http/connection_pool.h"
 #include "engines/http/io_loops.h"
 #include "engines/prefill_result.h"
+#include "engines/run_blocking.h"
 #include "engines/stream_event.h"
-#include "engines/sync_engine_client.h"
+#include "tests/fakes/blocking_legs.h"
 #include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/sim_process.h"
@@ -57,8 +58,7 @@ constexpr double kReadS = 0.5;
 constexpr int kMaxTokens = 4;
 
 double WallSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 double SecondsSince(MonoTime t) { return Seconds(MonoClock::now() - t); }
@@ -164,9 +164,8 @@ class Adapter {
                          const LegOptions& options) {
     return sync_.Prefill(producer, api, body, options);
   }
-  DecodeOutcome Decode(const EngineTarget& consumer, const PrefillResult& handoff,
-                       const json& body, bool client_streams, const LegOptions& options,
-                       DecodeObserver& observer) {
+  DecodeOutcome Decode(const EngineTarget& consumer, const PrefillResult& handoff, const json& body,
+                       bool client_streams, const LegOptions& options, DecodeObserver& observer) {
     return sync_.Decode(consumer, handoff, body, client_streams, options, observer);
   }
   ControlResponse Control(const EngineTarget& engine, std::string_view method,
@@ -181,9 +180,9 @@ class Adapter {
     int port = 0;
     ParseEngineUrl(url, &host, &port);
     const std::string key = host + ":" + std::to_string(port);
-    return RunBlocking<size_t>(loops_.executor(0), [&]() -> Awaitable<size_t> {
+    return RunBlocking(loops_.executor(0), [&]() -> Awaitable<size_t> {
       co_return ConnectionPool::Of(co_await boost::asio::this_coro::executor).idle(key);
-    });
+    }());
   }
 
  private:
@@ -191,7 +190,7 @@ class Adapter {
   const Clock& clock_;
   IoLoops loops_{1};
   BeastEngineClient async_;
-  SyncEngineClient sync_;
+  ::narwhal::testing::BlockingLegs sync_;
 };
 
 HttpEngineClientOptions FastOptions() {
@@ -315,9 +314,9 @@ TEST_F(BeastEngineClientTest, B1_PrefillBodyAndHeaders) {
   expected.erase("min_completion_tokens");
   expected["max_tokens"] = 1;
   expected["max_completion_tokens"] = 1;
-  expected["kv_transfer_params"] = json::parse(
-      R"({"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,)"
-      R"("remote_block_ids":null,"remote_host":null,"remote_port":null})");
+  expected["kv_transfer_params"] =
+      json::parse(R"({"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,)"
+                  R"("remote_block_ids":null,"remote_host":null,"remote_port":null})");
   EXPECT_EQ(r["body"], expected);
 }
 
@@ -457,8 +456,8 @@ TEST_F(BeastEngineClientTest, DescriptorMustNameTheConfiguredProducer) {
   // p0's sim calls itself "p0"; a fleet that says otherwise is refused.
   EngineTarget misnamed = p0_;
   misnamed.kv_engine_id = "p1";
-  PrefillOutcome prefill = client.Prefill(misnamed, Api::kChatCompletions, ChatBody(),
-                                          Leg("rid-p-named"));
+  PrefillOutcome prefill =
+      client.Prefill(misnamed, Api::kChatCompletions, ChatBody(), Leg("rid-p-named"));
   ASSERT_TRUE(prefill.ok()) << prefill.failure->detail;
   Recorder rec;
   DecodeOutcome out =
@@ -487,8 +486,8 @@ TEST_F(BeastEngineClientTest, RemoteHostRewriteUsesTheProducersConfiguredHost) {
   ASSERT_TRUE(ParseEngineUrl(p0_.url, &host, &port));
   ASSERT_EQ(host, "127.0.0.1");
   EngineTarget by_name{"p0", "http://localhost:" + std::to_string(port)};
-  PrefillOutcome prefill = client.Prefill(by_name, Api::kChatCompletions, ChatBody(),
-                                          Leg("rid-p-rewrite"));
+  PrefillOutcome prefill =
+      client.Prefill(by_name, Api::kChatCompletions, ChatBody(), Leg("rid-p-rewrite"));
   ASSERT_TRUE(prefill.ok()) << prefill.failure->detail;
   EXPECT_EQ(prefill.result->parameters()["remote_host"], "localhost");
   // The consumer pulls from the rewritten host and the decode completes.
@@ -507,8 +506,8 @@ TEST_F(BeastEngineClientTest, B4_DecodeGetsDescriptorVerbatimAndStreams) {
   Adapter client(FastOptions());
   const PrefillResult handoff = Handoff(client);
   Recorder rec;
-  DecodeOutcome out = client.Decode(d0_, handoff, ChatBody(), /*client_streams=*/true,
-                                    Leg("rid-d-6"), rec);
+  DecodeOutcome out =
+      client.Decode(d0_, handoff, ChatBody(), /*client_streams=*/true, Leg("rid-d-6"), rec);
   ASSERT_TRUE(out.ok()) << out.failure->detail;
 
   EXPECT_EQ(rec.tokens, kMaxTokens);
@@ -1099,9 +1098,8 @@ TEST_F(BeastEngineClientTest, B19_CancelAbortsSilentDecodePromptly) {
   MonoTime cancelled_mono;
   std::thread canceller([&] {
     // Cancel once the engine holds the request open.
-    const json r = WaitForLastRecord(*consumer_, [](const json& rec) {
-      return rec["phase"] == "decode" && !Ended(rec);
-    });
+    const json r = WaitForLastRecord(
+        *consumer_, [](const json& rec) { return rec["phase"] == "decode" && !Ended(rec); });
     if (r.is_null()) ADD_FAILURE() << "the decode request never reached the engine";
     std::this_thread::sleep_for(100ms);
     cancelled_mono = MonoClock::now();
@@ -1127,9 +1125,10 @@ TEST_F(BeastEngineClientTest, B19_CancelAbortsSilentDecodePromptly) {
   ASSERT_FALSE(r.is_null());
   EXPECT_EQ(r["end"], "client_gone");
   const double close_latency = r["ended_at"].get<double>() - cancelled_wall.load();
-  std::printf("B19 decode: leg returned %.1f ms after cancel; engine saw the close %.1f ms after "
-              "cancel\n",
-              return_latency * 1000, close_latency * 1000);
+  std::printf(
+      "B19 decode: leg returned %.1f ms after cancel; engine saw the close %.1f ms after "
+      "cancel\n",
+      return_latency * 1000, close_latency * 1000);
   EXPECT_LT(close_latency, 1.0);
 }
 
@@ -1187,8 +1186,7 @@ TEST_F(BeastEngineClientTest, B19_CancelDuringLegSetupIsNotLost) {
     });
     Recorder rec;
     go = true;
-    DecodeOutcome out =
-        client.Decode(d0_, handoff, body, true, Leg("rid-d-race", &cancel), rec);
+    DecodeOutcome out = client.Decode(d0_, handoff, body, true, Leg("rid-d-race", &cancel), rec);
     const MonoTime returned = MonoClock::now();
     canceller.join();
     ASSERT_FALSE(out.ok());

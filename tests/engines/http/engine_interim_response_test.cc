@@ -25,9 +25,10 @@
 #include "engines/http/http_options.h"
 #include "engines/http/io_loops.h"
 #include "engines/prefill_result.h"
+#include "engines/run_blocking.h"
 #include "engines/stream_event.h"
-#include "engines/sync_engine_client.h"
 #include "tests/engines/http/raw_engine.h"
+#include "tests/fakes/blocking_legs.h"
 #include "tests/fakes/edge_status.h"
 
 namespace narwhal::engines {
@@ -45,9 +46,12 @@ constexpr std::string_view kEarlyHints =
     "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
 
 json ValidDescriptor() {
-  return json{{"do_remote_prefill", true},       {"remote_engine_id", "p0"},
-              {"remote_request_id", "rid-p-1a2b3c4d"}, {"remote_block_ids", json::array({1, 2})},
-              {"remote_host", "127.0.0.1"},      {"remote_port", 5600}};
+  return json{{"do_remote_prefill", true},
+              {"remote_engine_id", "p0"},
+              {"remote_request_id", "rid-p-1a2b3c4d"},
+              {"remote_block_ids", json::array({1, 2})},
+              {"remote_host", "127.0.0.1"},
+              {"remote_port", 5600}};
 }
 
 std::string JsonResponse(const json& body) {
@@ -70,11 +74,10 @@ std::string Chunk(std::string_view data) {
 }
 
 std::string DecodeAnswer() {
-  const std::string token =
-      json{{"id", "c1"},
-           {"object", "text_completion"},
-           {"choices", json::array({{{"index", 0}, {"text", "Paris"}}})}}
-          .dump();
+  const std::string token = json{{"id", "c1"},
+                                 {"object", "text_completion"},
+                                 {"choices", json::array({{{"index", 0}, {"text", "Paris"}}})}}
+                                .dump();
   return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
          "Connection: close\r\n\r\n" +
          Chunk("data: " + token + "\n\n") + Chunk("data: [DONE]\n\n") + "0\r\n\r\n";
@@ -104,7 +107,7 @@ class EngineInterimResponseTest : public ::testing::Test {
     o.decode_read_timeout_s = 5;
     o.connect_timeout_s = 2;
     async_ = std::make_unique<BeastEngineClient>(o, clock_);
-    sync_ = std::make_unique<SyncEngineClient>(*async_, loops_.executor(0));
+    sync_ = std::make_unique<::narwhal::testing::BlockingLegs>(*async_, loops_.executor(0));
   }
 
   static LegOptions Leg() {
@@ -124,8 +127,7 @@ class EngineInterimResponseTest : public ::testing::Test {
   DecodeOutcome Decode(const RawEngine& engine, CountingObserver& observer) {
     const PrefillResult handoff("p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p",
                                 "NixlConnector", ValidDescriptor());
-    return sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), true, Leg(),
-                         observer);
+    return sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), true, Leg(), observer);
   }
 
   ControlResponse Health(const RawEngine& engine) {
@@ -139,18 +141,19 @@ class EngineInterimResponseTest : public ::testing::Test {
     EXPECT_EQ(nt::HttpStatus(*failure), 502);
     EXPECT_EQ(failure->reason, FailureReason::kInvalidResponse);
     EXPECT_EQ(failure->breaker_class, BreakerClass::kInferenceStatus);
-    EXPECT_EQ(failure->detail, std::string(what) +
-                                   " came after more than 4 interim (1xx) responses");
+    EXPECT_EQ(failure->detail,
+              std::string(what) + " came after more than 4 interim (1xx) responses");
   }
 
   RealClock clock_;
   IoLoops loops_{1};
   std::unique_ptr<BeastEngineClient> async_;
-  std::unique_ptr<SyncEngineClient> sync_;
+  std::unique_ptr<::narwhal::testing::BlockingLegs> sync_;
 };
 
 TEST_F(EngineInterimResponseTest, PrefillSkipsA100ContinueBeforeItsAnswer) {
-  RawEngine engine([](RawEngine::Connection& c) { c.Send(std::string(kContinue) + PrefillAnswer()); });
+  RawEngine engine(
+      [](RawEngine::Connection& c) { c.Send(std::string(kContinue) + PrefillAnswer()); });
   const PrefillOutcome out = Prefill(engine);
   ASSERT_TRUE(out.ok()) << out.failure->detail;
   EXPECT_EQ(out.result->descriptor(), ValidDescriptor());

@@ -27,9 +27,10 @@
 #include "engines/http/http_options.h"
 #include "engines/http/io_loops.h"
 #include "engines/prefill_result.h"
+#include "engines/run_blocking.h"
 #include "engines/stream_event.h"
-#include "engines/sync_engine_client.h"
 #include "tests/engines/http/raw_engine.h"
+#include "tests/fakes/blocking_legs.h"
 #include "tests/fakes/edge_status.h"
 
 namespace narwhal::engines {
@@ -97,9 +98,12 @@ std::string ClientErrorJson(const EngineFailure& f) {
 
 // A descriptor the contract accepts (engines/descriptor_contract.h).
 json BoundsDescriptor() {
-  return json{{"do_remote_prefill", true},    {"remote_engine_id", "p0"},
-              {"remote_request_id", "rid-p-1a2b3c4d"}, {"remote_block_ids", json::array({1, 2})},
-              {"remote_host", "127.0.0.1"},   {"remote_port", 1}};
+  return json{{"do_remote_prefill", true},
+              {"remote_engine_id", "p0"},
+              {"remote_request_id", "rid-p-1a2b3c4d"},
+              {"remote_block_ids", json::array({1, 2})},
+              {"remote_host", "127.0.0.1"},
+              {"remote_port", 1}};
 }
 
 class BoundsObserver : public DecodeObserver {
@@ -126,7 +130,7 @@ class EngineResponseBoundsTest : public ::testing::Test {
 
   void StartClient(HttpEngineClientOptions options = Options()) {
     async_ = std::make_unique<BeastEngineClient>(std::move(options), clock_);
-    sync_ = std::make_unique<SyncEngineClient>(*async_, loops_.executor(0));
+    sync_ = std::make_unique<::narwhal::testing::BlockingLegs>(*async_, loops_.executor(0));
   }
 
   void SetUp() override { StartClient(); }
@@ -149,9 +153,8 @@ class EngineResponseBoundsTest : public ::testing::Test {
 
   EngineFailure DecodeFailure(const RawEngine& engine, BoundsObserver* observer = nullptr) {
     BoundsObserver local;
-    const PrefillResult handoff(
-        "p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p", "NixlConnector",
-        BoundsDescriptor());
+    const PrefillResult handoff("p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p",
+                                "NixlConnector", BoundsDescriptor());
     const DecodeOutcome out =
         sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), /*client_streams=*/true,
                       Leg(), observer != nullptr ? *observer : local);
@@ -160,11 +163,9 @@ class EngineResponseBoundsTest : public ::testing::Test {
   }
 
   DecodeOutcome Decode(const RawEngine& engine, BoundsObserver& observer) {
-    const PrefillResult handoff(
-        "p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p", "NixlConnector",
-        BoundsDescriptor());
-    return sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), true, Leg(),
-                         observer);
+    const PrefillResult handoff("p0", "http://127.0.0.1:1", Api::kCompletions, "rid-p",
+                                "NixlConnector", BoundsDescriptor());
+    return sync_->Decode(EngineTarget{"d0", engine.url()}, handoff, Body(), true, Leg(), observer);
   }
 
   // A 502 failure of a bound: not evidence-free, not an engine status.
@@ -180,7 +181,7 @@ class EngineResponseBoundsTest : public ::testing::Test {
   RealClock clock_;
   IoLoops loops_{1};
   std::unique_ptr<BeastEngineClient> async_;
-  std::unique_ptr<SyncEngineClient> sync_;
+  std::unique_ptr<::narwhal::testing::BlockingLegs> sync_;
 };
 
 // --- Engine text: well-formed UTF-8, the engine's status kept (B10) --------------
@@ -202,9 +203,8 @@ TEST_F(EngineResponseBoundsTest, B10_Prefill400WithInvalidUtf8KeepsStatusAndGets
 TEST_F(EngineResponseBoundsTest, B10_Prefill400MultibyteMessageCutAtTheLimit) {
   std::string message;
   while (message.size() < 3 * kMaxEngineTextBytes) message += kEuro;
-  RawEngine engine([&](RawEngine::Connection& c) {
-    c.Send(Response(400, "Bad Request", ErrorBody(message)));
-  });
+  RawEngine engine(
+      [&](RawEngine::Connection& c) { c.Send(Response(400, "Bad Request", ErrorBody(message))); });
   const EngineFailure f = PrefillFailure(engine);
   EXPECT_EQ(nt::HttpStatus(f), 400);
   EXPECT_TRUE(IsValidUtf8(f.detail));
@@ -232,9 +232,8 @@ TEST_F(EngineResponseBoundsTest, B10_Prefill400RawTextCutInsideACharacter) {
 TEST_F(EngineResponseBoundsTest, B10_Decode400WithInvalidUtf8AndCutMultibyteText) {
   std::string text = "bad \xE2\x82 byte: ";
   while (text.size() < 2 * kMaxEngineTextBytes) text += "\xC3\xA9";  // é
-  RawEngine engine([&](RawEngine::Connection& c) {
-    c.Send(Response(400, "Bad Request", text, "text/plain"));
-  });
+  RawEngine engine(
+      [&](RawEngine::Connection& c) { c.Send(Response(400, "Bad Request", text, "text/plain")); });
   const EngineFailure f = DecodeFailure(engine);
   EXPECT_EQ(f.phase, Phase::kDecode);
   EXPECT_EQ(nt::HttpStatus(f), 400);
@@ -326,8 +325,8 @@ TEST_F(EngineResponseBoundsTest, ControlHeaderFieldCountIsBounded) {
   RawEngine engine([&](RawEngine::Connection& c) {
     if (c.Send(ManyFieldsHead(200))) c.SendRepeated(" ", kHuge);
   });
-  const ControlResponse r = sync_->Control(EngineTarget{"e0", engine.url()}, "GET", "/health",
-                                           "", /*timeout_s=*/10);
+  const ControlResponse r =
+      sync_->Control(EngineTarget{"e0", engine.url()}, "GET", "/health", "", /*timeout_s=*/10);
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.error, "response has more than 100 header fields");
   EXPECT_LT(engine.bytes_sent(), kFarShortOfHuge);

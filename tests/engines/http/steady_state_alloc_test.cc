@@ -10,20 +10,21 @@
 // std::function or a coroutine frame that is not recycled per frame would
 // count ~300; what is allowed is a reused buffer growing to a new high-water
 // mark when one read carries more than any before (amortized, not per frame).
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "engines/clock.h"
 #include "engines/engine_client.h"
 #include "engines/http/beast_engine_client.h"
 #include "engines/http/io_loops.h"
+#include "engines/run_blocking.h"
 #include "engines/stream_event.h"
-#include "engines/sync_engine_client.h"
+#include "tests/fakes/blocking_legs.h"
 #include "tests/fakes/sim_process.h"
 
 namespace {
@@ -67,7 +68,7 @@ using json = nlohmann::json;
 using ::narwhal::testing::SimProcess;
 
 constexpr int kTokens = 400;
-constexpr int kWarmupFrames = 50;   // the first frames may size buffers
+constexpr int kWarmupFrames = 50;  // the first frames may size buffers
 constexpr int kCountedFrames = 300;
 constexpr long long kGrowthAllocations = 8;
 
@@ -115,7 +116,7 @@ TEST(SteadyStateAllocationTest, DecodeRelayAllocatesNothingPerFrame) {
   options.first_token_timeout_s = 10;
   options.decode_read_timeout_s = 10;
   BeastEngineClient async(options, clock);
-  SyncEngineClient client(async, loops.executor(0));
+  ::narwhal::testing::BlockingLegs client(async, loops.executor(0));
 
   json body = json::parse(R"({"model": "Qwen/Qwen3-0.6B", "prompt": "Tell me a story",
                               "stream": true, "temperature": 0})");
@@ -136,7 +137,8 @@ TEST(SteadyStateAllocationTest, DecodeRelayAllocatesNothingPerFrame) {
   EXPECT_EQ(observer.tokens_, kTokens);
   // The window spans many engine reads, each followed by a Flush.
   EXPECT_GE(observer.flushes_, kCountedFrames / 4);
-  EXPECT_LE(observer.counted_, kGrowthAllocations) << "allocations over " << kCountedFrames << " relayed frames";
+  EXPECT_LE(observer.counted_, kGrowthAllocations)
+      << "allocations over " << kCountedFrames << " relayed frames";
 }
 
 // The counter itself works: the same window around code that allocates.

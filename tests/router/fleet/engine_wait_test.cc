@@ -13,6 +13,7 @@
 #include "engines/api.h"
 #include "engines/engine_client.h"
 #include "router/common/settings.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
@@ -71,7 +72,7 @@ class EngineWaitTest : public ::testing::Test {
   size_t CallsTo(const std::string& iid) const { return engines_.calls("control", iid).size(); }
   EngineWaitResult Wait(const Settings& s, double timeout_s) {
     return WaitForEngines(
-        s, engines_, clock_,
+        s, engines_, loop_.executor(), clock_,
         [this](double d) {
           sleeps_.push_back(d);
           clock_.Advance(engines::FromSeconds(d));
@@ -79,6 +80,7 @@ class EngineWaitTest : public ::testing::Test {
         },
         timeout_s, 1.0);
   }
+  testing::ControlLoop loop_;  // the control plane's loop
   testing::FakeClock clock_;
   testing::ScriptedEngines engines_{clock_, &clock_, /*first_token_timeout_s=*/1.0};
   std::vector<double> sleeps_;

@@ -24,6 +24,7 @@
 #include "router/fleet/fleet.h"
 #include "router/fleet/link_book.h"
 #include "router/fleet/prober.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
@@ -115,9 +116,7 @@ class FleetLinksTest : public ::testing::Test {
     return {};
   }
 
-  PlacementState State(const std::string& iid) {
-    return fleet_->Snapshot(iid)->state;
-  }
+  PlacementState State(const std::string& iid) { return fleet_->Snapshot(iid)->state; }
 
   // The value of one series, or -1 when it does not exist.
   double Metric(const std::string& family, const std::map<std::string, std::string>& labels) {
@@ -156,6 +155,7 @@ class FleetLinksTest : public ::testing::Test {
   }
 
   router::Settings settings_;
+  testing::ControlLoop loop_;  // the control plane's loop
   testing::FakeClock clock_;
   prometheus::Registry registry_;
   router::Metrics metrics_;
@@ -281,7 +281,7 @@ TEST_F(FleetLinksTest, ALinkProbeOverTheLinkReadmitsIt) {
   std::vector<LinkProbeTask> tasks = fleet_->TakeDueLinkProbes();
   ASSERT_EQ(tasks.size(), 1u);
   engines_->ClearCalls();
-  prober_->RunLink(tasks[0]);
+  loop_.Run(prober_->RunLink(tasks[0]));
   const std::vector<Call> prefills = engines_->calls("prefill");
   const std::vector<Call> decodes = engines_->calls("decode");
   ASSERT_EQ(prefills.size(), 1u);
@@ -299,7 +299,7 @@ TEST_F(FleetLinksTest, ALinkProbeOverTheLinkReadmitsIt) {
   clock_.Advance(kInterval);
   tasks = fleet_->TakeDueLinkProbes();
   ASSERT_EQ(tasks.size(), 1u);
-  prober_->RunLink(tasks[0]);
+  loop_.Run(prober_->RunLink(tasks[0]));
   const router::LinkSnapshot l = LinkOf("p0", "d0");
   EXPECT_EQ(l.state, LinkState::kServing);
   EXPECT_EQ(l.cause, "probe passed");
@@ -314,7 +314,7 @@ TEST_F(FleetLinksTest, AProbeWhoseProducerFailsIsInconclusive) {
   engines_->SetPrefill("p0", {Refused()});
   std::vector<LinkProbeTask> tasks = fleet_->TakeDueLinkProbes();
   ASSERT_EQ(tasks.size(), 1u);
-  const router::ProbeResult r = prober_->ProbeLink(tasks[0]);
+  const router::ProbeResult r = loop_.Run(prober_->ProbeLink(tasks[0]));
   EXPECT_EQ(r.outcome, router::ProbeOutcome::kInconclusive);
   fleet_->CompleteLinkProbe(tasks[0], router::LinkProbeOutcome::kInconclusive, r.detail);
   EXPECT_EQ(LinkOf("p0", "d0").probe_failures, 0);
@@ -339,12 +339,13 @@ class FleetRecomputeTest : public FleetLinksTest {
   void ScrapeAll(double value) {
     engines::ControlResponse r;
     r.status = 200;
-    r.body = "# TYPE vllm:nixl_num_failed_transfers_total counter\n"
-             "vllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} " +
-             std::to_string(value) + "\n";
+    r.body =
+        "# TYPE vllm:nixl_num_failed_transfers_total counter\n"
+        "vllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} " +
+        std::to_string(value) + "\n";
     engines_->SetControl("d0", "/metrics", r);
     for (const router::RecomputeScrapeTask& t : fleet_->TakeDueRecomputeScrapes()) {
-      prober_->ScrapeRecompute(t);
+      loop_.Run(prober_->ScrapeRecompute(t));
     }
   }
   // A crossed decode p->c that reached [DONE] with no usage evidence.
@@ -363,7 +364,7 @@ TEST_F(FleetRecomputeTest, EveryConsumerIsExportedAtZeroFromTheStart) {
 
 TEST_F(FleetRecomputeTest, ScrapesRunOnTheMonitorCadenceOnFakeTime) {
   EXPECT_EQ(fleet_->TakeDueRecomputeScrapes().size(), 2u);  // d0, d1
-  EXPECT_TRUE(fleet_->TakeDueRecomputeScrapes().empty());    // running
+  EXPECT_TRUE(fleet_->TakeDueRecomputeScrapes().empty());   // running
   for (const std::string iid : {"d0", "d1"}) {
     fleet_->CompleteRecomputeScrape({iid}, 0);
   }

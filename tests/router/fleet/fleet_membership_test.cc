@@ -20,9 +20,10 @@
 #include "router/fleet/event_bus.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/prober.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
-#include "tests/router/test_util.h"
 #include "tests/fakes/scripted_engines.h"
+#include "tests/router/test_util.h"
 
 namespace narwhal::router {
 namespace {
@@ -64,7 +65,7 @@ class FleetMembershipTest : public ::testing::Test {
   // Runs every join check that is due; returns how many ran.
   int RunJoins() {
     const std::vector<JoinTask> tasks = fleet_->TakeDueJoinChecks();
-    for (const JoinTask& t : tasks) prober_->RunJoin(t);
+    for (const JoinTask& t : tasks) loop_.Run(prober_->RunJoin(t));
     return static_cast<int>(tasks.size());
   }
 
@@ -86,7 +87,8 @@ class FleetMembershipTest : public ::testing::Test {
 
   int Events(const std::string& kind, const std::string& iid) {
     int n = 0;
-    for (const json& e : bus_.Since(0)) n += e.value("event", "") == kind && e.value("iid", "") == iid;
+    for (const json& e : bus_.Since(0))
+      n += e.value("event", "") == kind && e.value("iid", "") == iid;
     return n;
   }
 
@@ -107,6 +109,7 @@ class FleetMembershipTest : public ::testing::Test {
   }
 
   Settings settings_;
+  nt::ControlLoop loop_;  // the control plane's loop
   nt::FakeClock clock_;
   prometheus::Registry registry_;
   Metrics metrics_;
@@ -162,8 +165,8 @@ TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
   EXPECT_TRUE(fleet_->Checked("d2"));
   EXPECT_EQ(DecodePlacements(), (std::set<std::string>{"d0", "d1", "d2"}));
   EXPECT_EQ(Events("engine_joined", "d2"), 1);
-  EXPECT_EQ(Counter("narwhal_membership_changes_total", {{"source", "admin"}, {"change", "joined"}}),
-            1);
+  EXPECT_EQ(
+      Counter("narwhal_membership_changes_total", {{"source", "admin"}, {"change", "joined"}}), 1);
 }
 
 TEST_F(FleetMembershipTest, B22_AFailingJoinerIsRetriedWithBackoffAndNeverPlaced) {
@@ -184,9 +187,9 @@ TEST_F(FleetMembershipTest, B22_AFailingJoinerIsRetriedWithBackoffAndNeverPlaced
   engines_->SetControl("d2", "/health", {200, "", ""});
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d2"), PlacementState::kServing);
-  EXPECT_EQ(Counter("narwhal_membership_changes_total",
-                    {{"source", "admin"}, {"change", "join_failed"}}),
-            2);
+  EXPECT_EQ(
+      Counter("narwhal_membership_changes_total", {{"source", "admin"}, {"change", "join_failed"}}),
+      2);
   // It never took a client leg meanwhile: its only decodes are the probe's.
   for (const nt::Call& c : engines_->calls("decode", "d2")) {
     EXPECT_EQ(c.options.backend_request_id.rfind("narwhal-probe-", 0), 0u);
@@ -219,8 +222,8 @@ TEST_F(FleetMembershipTest, B23_ALeavingEngineFinishesItsLegsAndIsThenGone) {
   std::optional<Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg);
   ASSERT_EQ(leg->target().iid, "d0");
-  const MembershipChange change =
-      fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
+  const MembershipChange change = fleet_->Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
   EXPECT_EQ(change.left, std::vector<std::string>{"d0"});
   // No new leg; listed as draining while its leg runs.
   EXPECT_EQ(DecodePlacements(), std::set<std::string>{"d1"});
@@ -297,8 +300,9 @@ TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutIts
   old_success.failure.reset();
   old_success.decode_failed = false;
   old_success.decode_ok = true;
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode, "d0-new"),
-                            HostedEngine("d1", Role::kDecode)});
+  fleet_->Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode, "d0-new"),
+              HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
   ASSERT_EQ(State("d0"), PlacementState::kServing);
   const int stream = static_cast<int>(engines::BreakerClass::kStream);

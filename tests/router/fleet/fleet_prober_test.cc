@@ -27,6 +27,7 @@
 #include "router/fleet/fleet.h"
 #include "router/fleet/fleet_monitor.h"
 #include "router/fleet/prober.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
@@ -111,9 +112,7 @@ class FleetProberTest : public ::testing::Test {
     }
   }
 
-  PlacementState State(const std::string& iid) {
-    return fleet_->Snapshot(iid)->state;
-  }
+  PlacementState State(const std::string& iid) { return fleet_->Snapshot(iid)->state; }
 
   // Takes the due probes and expects exactly one, for `iid`, of `kind`.
   ProbeTask TakeOne(const std::string& iid, ProbeKind kind) {
@@ -158,6 +157,7 @@ class FleetProberTest : public ::testing::Test {
   }
 
   router::Settings settings_;
+  testing::ControlLoop loop_;  // the control plane's loop
   testing::FakeClock clock_;
   prometheus::Registry registry_;
   router::Metrics metrics_;
@@ -181,7 +181,7 @@ TEST_F(FleetProberTest, HeldDecodeEngineIsProbedWithANewHandoffFromTheOriginalPr
   EXPECT_EQ(Metric("narwhal_engine_breaker_streak", {{"iid", "d0"}, {"class", "stream"}}), 3);
 
   const ProbeTask task = TakeOne("d0", ProbeKind::kInference);
-  prober_->Run(task);
+  loop_.Run(prober_->Run(task));
 
   const std::vector<Call> prefills = engines_->calls("prefill");
   const std::vector<Call> decodes = engines_->calls("decode");
@@ -238,7 +238,7 @@ TEST_F(FleetProberTest, ProducerFailedTriesTheNextLiveProducerThenStandalone) {
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
   engines_->SetPrefill("p1", {Refused()});
   engines_->SetPrefill("p0", {Refused()});
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
 
   std::vector<std::string> order;
   for (const Call& c : engines_->calls("prefill")) order.push_back(c.iid);
@@ -267,7 +267,7 @@ TEST_F(FleetProberTest, NoProducerAtAllIsInconclusiveAndKeepsTheHold) {
   Build();
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
   for (const std::string iid : {"p0", "p1", "d0"}) engines_->SetPrefill(iid, {Refused()});
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   EXPECT_TRUE(engines_->calls("decode").empty());
   EXPECT_EQ(State("d0"), PlacementState::kHeld);
   const std::vector<json> probes = Events("engine_probe", "d0");
@@ -284,7 +284,7 @@ TEST_F(FleetProberTest, RecordedProducerOutOfPlacementIsSkipped) {
   Build();
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
   ASSERT_TRUE(fleet_->Eject("p1", "maintenance").ok());
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   const std::vector<Call> prefills = engines_->calls("prefill");
   ASSERT_EQ(prefills.size(), 1u);
   EXPECT_EQ(prefills[0].iid, "p0");
@@ -298,7 +298,7 @@ TEST_F(FleetProberTest, HandoffTheDecodeLegBlamesOnItsProducerTriesTheNextProduc
   DecodeScript script;
   script.reject_handoffs_from = {"p1"};
   engines_->SetDecode("d0", script);
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   std::vector<std::string> order;
   for (const Call& c : engines_->calls("prefill")) order.push_back(c.iid);
   EXPECT_EQ(order, std::vector<std::string>({"p1", "p0"}));
@@ -318,7 +318,7 @@ TEST_F(FleetProberTest, FailedProbeEjectsACoveredDecodeEngineAndItsNextProbeRead
   DecodeScript silent;
   silent.silent = true;
   engines_->SetDecode("d0", silent);
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
 
   EXPECT_EQ(State("d0"), PlacementState::kEjected);
   EXPECT_EQ(Metric("narwhal_engine_ejections_total", {{"iid", "d0"}, {"cause", "inference_probe"}}),
@@ -339,7 +339,7 @@ TEST_F(FleetProberTest, FailedProbeEjectsACoveredDecodeEngineAndItsNextProbeRead
   engines_->ClearCalls();
   EXPECT_TRUE(fleet_->TakeDueProbes().empty());
   clock_.Advance(kInterval);
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   ASSERT_EQ(engines_->calls("prefill").size(), 1u);
   EXPECT_EQ(engines_->calls("prefill")[0].iid, "p1");
   EXPECT_EQ(State("d0"), PlacementState::kServing);
@@ -361,7 +361,7 @@ TEST_F(FleetProberTest, FailedProbeOfTheLastDecodeEngineEndsTheHoldUncovered) {
   ASSERT_TRUE(fleet_->Drain("d1").ok());
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   // ... and the failing probe does not take it out either.
-  prober_->Run(task);
+  loop_.Run(prober_->Run(task));
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   EXPECT_EQ(Events("engine_hold_ended", "d0").at(0)["cause"], "uncovered");
   EXPECT_TRUE(Events("engine_ejected", "d0").empty());
@@ -375,7 +375,7 @@ TEST_F(FleetProberTest, PrefillSideHoldIsProbedByProducingOnTheHeldEngine) {
   ASSERT_EQ(State("p0"), PlacementState::kHeld);
   EXPECT_EQ(State("d1"), PlacementState::kServing);  // the consumer is not blamed
   EXPECT_EQ(Metric("narwhal_engine_breaker_streak", {{"iid", "p0"}, {"class", "kv_handoff"}}), 3);
-  prober_->Run(TakeOne("p0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("p0", ProbeKind::kInference)));
 
   const std::vector<Call> prefills = engines_->calls("prefill");
   const std::vector<Call> decodes = engines_->calls("decode");
@@ -394,7 +394,7 @@ TEST_F(FleetProberTest, PrefillSideProbeFailsWhenTheHeldEngineCannotProduce) {
   engines_->SetPrefill(
       "p0", {Failure(FailureReason::kInvalidResponse, BreakerClass::kKvHandoff,
                      engines::FailureCause::kNoHandoff, "no handoff: kv_transfer_params is null")});
-  prober_->Run(TakeOne("p0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("p0", ProbeKind::kInference)));
   EXPECT_TRUE(engines_->calls("decode").empty());
   EXPECT_EQ(State("p0"), PlacementState::kEjected);
   const std::vector<json> probes = Events("engine_probe", "p0");
@@ -409,7 +409,7 @@ TEST_F(FleetProberTest, EachProbeLegIsBoundedByTheFirstTokenTimeout) {
   Build();
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
   engines_->SetPrefill("p1", {std::nullopt, 0.4});  // the prefill leg takes 0.4 s
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   const std::vector<Call> prefills = engines_->calls("prefill");
   const std::vector<Call> decodes = engines_->calls("decode");
   ASSERT_EQ(prefills.size(), 1u);
@@ -436,7 +436,7 @@ TEST_F(FleetProberTest, PinnedContractPassedProbeAlsoRunsLifecycleValidation) {
   Build();
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
   engines_->SetControl("d0", "/version", {200, R"({"version": "0.30.0"})", ""});
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   // The inference legs passed, the live engine is not the pinned one.
   ASSERT_EQ(engines_->calls("decode").size(), 1u);
   std::vector<std::string> paths;
@@ -455,7 +455,7 @@ TEST_F(FleetProberTest, PinnedContractPassedProbeAlsoRunsLifecycleValidation) {
   engines_->SetControl("d0", "/version", {200, R"({"version": "0.29.1"})", ""});
   engines_->ClearCalls();
   clock_.Advance(kInterval);
-  prober_->Run(TakeOne("d0", ProbeKind::kInference));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   paths.clear();
   for (const Call& c : engines_->calls("control")) paths.push_back(c.path);
   EXPECT_EQ(paths, std::vector<std::string>(
@@ -474,12 +474,12 @@ TEST_F(FleetProberTest, PinnedContractConnectionEjectionReadmitsOnLifecycleValid
   ASSERT_EQ(State("d1"), PlacementState::kEjected);
   engines_->SetControl("d1", "/version", {200, R"({"version": "0.28.0"})", ""});
   clock_.Advance(kInterval);
-  prober_->Run(TakeOne("d1", ProbeKind::kHealth));
+  loop_.Run(prober_->Run(TakeOne("d1", ProbeKind::kHealth)));
   EXPECT_EQ(State("d1"), PlacementState::kEjected);
   EXPECT_EQ(Events("engine_probe", "d1").at(0)["detail"], "vllm_version is 0.28.0, pinned 0.29.1");
   engines_->SetControl("d1", "/version", {200, R"({"version": "0.29.1"})", ""});
   clock_.Advance(kInterval);  // backoff: one interval times one failure
-  prober_->Run(TakeOne("d1", ProbeKind::kHealth));
+  loop_.Run(prober_->Run(TakeOne("d1", ProbeKind::kHealth)));
   EXPECT_EQ(State("d1"), PlacementState::kServing);
   EXPECT_EQ(Events("engine_readmitted", "d1").at(0)["evidence"], "lifecycle");
 }
@@ -494,14 +494,14 @@ TEST_F(FleetProberTest, ConnectionEjectionWithoutContractReadmitsOnAHealthCheck)
   EXPECT_EQ(Events("engine_ejected", "d1").at(0)["cause"], "connection");
   engines_->SetControl("d1", "/health", {0, "", "connection refused"});
   clock_.Advance(kInterval);
-  prober_->Run(TakeOne("d1", ProbeKind::kHealth));
+  loop_.Run(prober_->Run(TakeOne("d1", ProbeKind::kHealth)));
   EXPECT_EQ(State("d1"), PlacementState::kEjected);
   EXPECT_EQ(Events("engine_probe", "d1").at(0)["detail"], "GET /health: connection refused");
 
   engines_->SetControl("d1", "/health", {200, "", ""});
   engines_->ClearCalls();
   clock_.Advance(kInterval);
-  prober_->Run(TakeOne("d1", ProbeKind::kHealth));
+  loop_.Run(prober_->Run(TakeOne("d1", ProbeKind::kHealth)));
   std::vector<std::string> paths;
   for (const Call& c : engines_->calls()) paths.push_back(c.kind + " " + c.path);
   // A health check is /health and the served model; no inference leg.
@@ -520,7 +520,7 @@ TEST_F(FleetProberTest, TimeoutStreakHealthProbeFailureEjectsACoveredEngine) {
   FailDecode("d0", BreakerClass::kTimeout, 3, "p0");
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   engines_->SetControl("d0", "/health", {503, "", ""});
-  prober_->Run(TakeOne("d0", ProbeKind::kHealth));
+  loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kHealth)));
   EXPECT_EQ(State("d0"), PlacementState::kEjected);
   EXPECT_EQ(Events("engine_ejected", "d0").at(0)["cause"], "health_probe");
   EXPECT_EQ(Metric("narwhal_engine_ejections_total", {{"iid", "d0"}, {"cause", "health_probe"}}),
@@ -538,7 +538,7 @@ TEST_F(FleetProberTest, LivenessSweepsEjectAfterConsecutiveMisses) {
     ASSERT_EQ(tasks.size(), 4u) << sweep;
     for (const ProbeTask& t : tasks) {
       EXPECT_EQ(t.kind, ProbeKind::kLiveness);
-      prober_->Run(t);
+      loop_.Run(prober_->Run(t));
     }
     EXPECT_TRUE(fleet_->TakeDueProbes().empty());
     EXPECT_EQ(State("d1"), sweep < 2 ? PlacementState::kServing : PlacementState::kEjected);
@@ -610,7 +610,7 @@ TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealt
   for (const ProbeTask& t : tasks) {
     const std::string iid = t.iid;
     EXPECT_EQ(t.kind, iid == "d0" ? ProbeKind::kInference : ProbeKind::kLiveness) << iid;
-    prober_->Run(t);
+    loop_.Run(prober_->Run(t));
   }
   EXPECT_EQ(State("d0"), PlacementState::kQuarantined);
   EXPECT_TRUE(Events("engine_hold_ended", "d0").empty());
@@ -628,7 +628,7 @@ TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealt
   clock_.Advance(5);
   tasks = fleet_->TakeDueProbes();
   ASSERT_EQ(tasks.size(), 4u);
-  for (const ProbeTask& t : tasks) prober_->Run(t);
+  for (const ProbeTask& t : tasks) loop_.Run(prober_->Run(t));
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   const std::vector<json> ended = Events("engine_hold_ended", "d0");
   ASSERT_EQ(ended.size(), 1u);
@@ -645,7 +645,7 @@ TEST_F(FleetProberTest, TimeoutQuarantineStillEndsOnAHealthySweep) {
   ASSERT_EQ(State("d0"), PlacementState::kQuarantined);
   for (const ProbeTask& t : fleet_->TakeDueProbes()) {
     EXPECT_EQ(t.kind, ProbeKind::kLiveness);
-    prober_->Run(t);
+    loop_.Run(prober_->Run(t));
   }
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   EXPECT_EQ(Events("engine_hold_ended", "d0").at(0)["cause"], "health");
@@ -683,7 +683,7 @@ TEST_F(FleetProberTest, WholeWaveGaugesFollowTheProbeThatEndsIt) {
     EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", iid}}), 0) << iid;
   }
   clock_.Advance(kInterval);
-  prober_->Run(TakeOne("d1", ProbeKind::kHealth));
+  loop_.Run(prober_->Run(TakeOne("d1", ProbeKind::kHealth)));
   ASSERT_EQ(State("d1"), PlacementState::kServing);
   for (const char* iid : {"p0", "p1", "d0", "d1"}) {
     EXPECT_EQ(Metric("narwhal_engine_in_placement", {{"iid", iid}}), 1) << iid;
@@ -692,25 +692,41 @@ TEST_F(FleetProberTest, WholeWaveGaugesFollowTheProbeThatEndsIt) {
 
 // ------------------------------------------------------------- the monitor
 
-TEST_F(FleetProberTest, MonitorRunsDueProbesAndCanBeRestarted) {
+// The monitor is a coroutine on the control loop, ticking on the fake clock:
+// it runs nothing until the clock moves, and a stop ends it at once.
+TEST_F(FleetProberTest, MonitorRunsDueProbesOnTheClockAndCanBeRestarted) {
   Build();
-  router::FleetMonitor monitor(*fleet_, *prober_, std::chrono::milliseconds(5), 2);
+  router::FleetMonitor monitor(*fleet_, *prober_, loop_.executor(), std::chrono::milliseconds(5));
+  const auto tick_until_serving = [&](const std::string& iid) {
+    for (int k = 0; k < 200 && State(iid) != PlacementState::kServing; ++k) {
+      clock_.Advance(0.005);
+      loop_.Drain();
+    }
+  };
   monitor.Start();
+  loop_.Drain();  // its first pass found nothing due
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (State("d0") != PlacementState::kServing && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  loop_.Drain();
+  loop_.Drain();
+  EXPECT_NE(State("d0"), PlacementState::kServing) << "the monitor ran before the clock moved";
+  tick_until_serving("d0");
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   monitor.Stop();
+  EXPECT_EQ(monitor.running(), 0u);
   ASSERT_EQ(Events("engine_probe", "d0").size(), 1u);
+
+  // Stopped, it runs nothing however the clock moves.
+  FailDecode("d1", BreakerClass::kStream, 3, "p0");
+  for (int k = 0; k < 20; ++k) {
+    clock_.Advance(0.005);
+    loop_.Drain();
+  }
+  EXPECT_NE(State("d1"), PlacementState::kServing);
+  EXPECT_TRUE(Events("engine_probe", "d1").empty());
 
   // Started again after a stop, it runs probes again.
   monitor.Start();
-  FailDecode("d1", BreakerClass::kStream, 3, "p0");
-  while (State("d1") != PlacementState::kServing && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  tick_until_serving("d1");
   EXPECT_EQ(State("d1"), PlacementState::kServing);
   monitor.Stop();
   EXPECT_EQ(Events("engine_probe", "d1").size(), 1u);

@@ -16,6 +16,7 @@
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
 #include "router/common/settings.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
@@ -223,10 +224,11 @@ class PreflightRunTest : public ::testing::Test {
     client_.set_control_latency(kControlS);
   }
   PreflightReport Run(PairMode mode = PairMode::kMesh) {
-    return RunPreflight(settings_, client_, clock_, mode);
+    return RunPreflight(settings_, client_, loop_.executor(), clock_, mode);
   }
 
   Settings settings_ = PreflightFleet({"p0", "p1", "d0", "d1"});
+  testing::ControlLoop loop_;  // the control plane's loop
   FakeClock clock_;
   ScriptedEngines client_{clock_, &clock_, kSilentS};
 };

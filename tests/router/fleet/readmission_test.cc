@@ -18,6 +18,7 @@
 #include "router/fleet/event_bus.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/prober.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
@@ -52,9 +53,7 @@ class ReadmissionTest : public ::testing::Test {
     prober_ = std::make_unique<router::Prober>(*engines_, *fleet_, clock_);
   }
 
-  router::EngineSnapshot Snapshot(const std::string& iid) {
-    return *fleet_->Snapshot(iid);
-  }
+  router::EngineSnapshot Snapshot(const std::string& iid) { return *fleet_->Snapshot(iid); }
 
   void HoldOnStreamEvidence(const std::string& iid) {
     for (int k = 0; k < 3; ++k) {
@@ -68,6 +67,10 @@ class ReadmissionTest : public ::testing::Test {
     }
   }
 
+  absl::StatusOr<router::ReadmitResult> ValidateAndReadmitNow(const std::string& iid, bool pinned) {
+    return loop_.Run(router::ValidateAndReadmit(*fleet_, *prober_, iid, pinned));
+  }
+
   std::vector<json> BusEvents(const std::string& kind) {
     std::vector<json> out;
     for (const json& e : bus_.Since(0)) {
@@ -77,6 +80,7 @@ class ReadmissionTest : public ::testing::Test {
   }
 
   router::Settings settings_;
+  testing::ControlLoop loop_;  // the control plane's loop
   testing::FakeClock clock_;
   prometheus::Registry registry_;
   router::Metrics metrics_;
@@ -110,8 +114,7 @@ TEST(ReadmissionPlanTest, InferenceEvidenceNeedsAnInferenceProbe) {
 
 TEST_F(ReadmissionTest, ServingEngineIsLeftAlone) {
   Build();
-  absl::StatusOr<router::ReadmitResult> r =
-      router::ValidateAndReadmit(*fleet_, *prober_, "d0", false);
+  absl::StatusOr<router::ReadmitResult> r = ValidateAndReadmitNow("d0", false);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->readmitted);
   EXPECT_TRUE(engines_->calls().empty());
@@ -120,18 +123,15 @@ TEST_F(ReadmissionTest, ServingEngineIsLeftAlone) {
 
 TEST_F(ReadmissionTest, UnknownOrEmptyIidIsRefused) {
   Build();
-  EXPECT_EQ(router::ValidateAndReadmit(*fleet_, *prober_, "x9", false).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(router::ValidateAndReadmit(*fleet_, *prober_, "", false).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateAndReadmitNow("x9", false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ValidateAndReadmitNow("", false).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ReadmissionTest, EjectedEngineReturnsThroughAHealthCheck) {
   Build();
   ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
   clock_.Advance(30);
-  absl::StatusOr<router::ReadmitResult> r =
-      router::ValidateAndReadmit(*fleet_, *prober_, "d1", false);
+  absl::StatusOr<router::ReadmitResult> r = ValidateAndReadmitNow("d1", false);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->readmitted);
   EXPECT_EQ(r->plan.validation, ProbeKind::kHealth);
@@ -151,8 +151,7 @@ TEST_F(ReadmissionTest, FailedValidationRefusesAndPublishesWhy) {
   Build();
   ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
   engines_->SetControl("d1", "/health", {0, "", "connection refused"});
-  absl::StatusOr<router::ReadmitResult> r =
-      router::ValidateAndReadmit(*fleet_, *prober_, "d1", false);
+  absl::StatusOr<router::ReadmitResult> r = ValidateAndReadmitNow("d1", false);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("readmission of d1 refused: health validation failed"),
             std::string::npos)
@@ -174,8 +173,7 @@ TEST_F(ReadmissionTest, HeldEngineReturnsThroughAnInferenceProbe) {
   HoldOnStreamEvidence("d0");
   ASSERT_EQ(Snapshot("d0").state, PlacementState::kHeld);
   engines_->ClearCalls();
-  absl::StatusOr<router::ReadmitResult> r =
-      router::ValidateAndReadmit(*fleet_, *prober_, "d0", false);
+  absl::StatusOr<router::ReadmitResult> r = ValidateAndReadmitNow("d0", false);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->readmitted);
   EXPECT_EQ(r->plan.validation, ProbeKind::kInference);

@@ -1,17 +1,21 @@
 // StartupChecks (router/fleet/startup_checks.h) with a scripted engine
-// client and the fake clock: a large fleet is checked by a bounded set of
-// threads (distinct threads asking the engines, and the checkers running,
-// never more than the bound) that still run in parallel and reach every
-// engine; roles are interleaved; a failed engine is
-// checked again only once `retry` passed on the injected clock (however
-// often its checker looks at the clock before), and each outcome change is
-// logged once; an engine that left is dropped; Stop() ends idle checkers at
-// once.
+// client, the fake clock and the control loop: a large fleet is checked by
+// a bounded number of checkers (never more checks at once than the bound,
+// every one on the control loop's one thread) that still run concurrently
+// and reach every engine; roles are interleaved; a failed engine is checked
+// again only once `retry` passed on the injected clock (its checker sleeps
+// on that clock until then), and each outcome change is logged once; an
+// engine that left is dropped; Stop() ends idle checkers at once.
 #include "router/fleet/startup_checks.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -26,6 +30,7 @@
 #include "router/common/settings.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/prober.h"
+#include "tests/fakes/control_loop.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/scripted_engines.h"
 
@@ -48,67 +53,41 @@ bool WaitUntil(Pred done, std::chrono::milliseconds limit = 20s) {
   return true;
 }
 
-// The fake clock, counting the reads made by the checkers (every thread
-// but the test's own) that return a time at or past a mark. An idle checker
-// reads the clock each time it wakes to look at the line: two such reads at
-// the mark mean it looked at the line at that time and went back to waiting
-// in between.
-class ReadCountingClock : public testing::FakeClock {
- public:
-  engines::MonoTime Now() const override {
-    const engines::MonoTime now = FakeClock::Now();
-    if (std::this_thread::get_id() != test_thread_) {
-      std::lock_guard<std::mutex> lock(reads_mu_);
-      if (now >= mark_) {
-        ++reads_;
-        reads_cv_.notify_all();
-      }
-    }
-    return now;
-  }
-
-  // Counts, from zero, the checkers' reads of the clock's time now (or later).
-  void MarkNow() {
-    const engines::MonoTime now = FakeClock::Now();
-    std::lock_guard<std::mutex> lock(reads_mu_);
-    mark_ = now;
-    reads_ = 0;
-  }
-
-  // Waits (real time, bounded) until the checkers read the clock `n` times
-  // since MarkNow().
-  bool WaitReads(int n) {
-    std::unique_lock<std::mutex> lock(reads_mu_);
-    return reads_cv_.wait_for(lock, 20s, [&] { return reads_ >= n; });
-  }
-
- private:
-  const std::thread::id test_thread_ = std::this_thread::get_id();
-  mutable std::mutex reads_mu_;
-  mutable std::condition_variable reads_cv_;
-  engines::MonoTime mark_ = engines::MonoTime::max();
-  mutable int reads_ = 0;
-};
-
-// The scripted engines, with every GET /health held at a gate until the test
-// opens it; records which threads asked and how many asked at once.
+// The scripted engines, with every GET /health suspended at a gate (without
+// blocking the loop) until the test opens it; records which threads asked
+// and how many asked at once.
 class GatedEngines : public ScriptedEngines {
  public:
   using ScriptedEngines::ScriptedEngines;
 
-  engines::ControlResponse Control(const engines::EngineTarget& engine, std::string_view method,
-                                   std::string_view path, const std::string& body,
-                                   double timeout_s) override {
+  engines::Awaitable<engines::ControlResponse> Control(engines::EngineTarget engine,
+                                                       std::string method, std::string path,
+                                                       std::string body,
+                                                       double timeout_s) override {
     if (path == "/health") {
-      std::unique_lock<std::mutex> lock(gate_mu_);
-      threads_.insert(std::this_thread::get_id());
-      ++inflight_;
-      max_inflight_ = std::max(max_inflight_, inflight_);
-      gate_cv_.notify_all();
-      gate_cv_.wait(lock, [this] { return open_; });
+      boost::asio::steady_timer gate(co_await boost::asio::this_coro::executor,
+                                     std::chrono::steady_clock::time_point::max());
+      bool wait = false;
+      {
+        std::lock_guard<std::mutex> lock(gate_mu_);
+        threads_.insert(std::this_thread::get_id());
+        ++inflight_;
+        max_inflight_ = std::max(max_inflight_, inflight_);
+        gate_cv_.notify_all();
+        if (!open_) {
+          gates_.push_back(&gate);
+          wait = true;
+        }
+      }
+      // Only Open() ends the wait (it cancels the gate on this loop).
+      boost::system::error_code ec;
+      if (wait)
+        co_await gate.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+      std::lock_guard<std::mutex> lock(gate_mu_);
       --inflight_;
     }
-    return ScriptedEngines::Control(engine, method, path, body, timeout_s);
+    co_return co_await ScriptedEngines::Control(std::move(engine), std::move(method),
+                                                std::move(path), std::move(body), timeout_s);
   }
 
   bool WaitInflight(int n) {
@@ -118,7 +97,10 @@ class GatedEngines : public ScriptedEngines {
   void Open() {
     std::lock_guard<std::mutex> lock(gate_mu_);
     open_ = true;
-    gate_cv_.notify_all();
+    for (boost::asio::steady_timer* gate : gates_) {
+      boost::asio::post(gate->get_executor(), [gate] { gate->cancel(); });
+    }
+    gates_.clear();
   }
   int inflight() {
     std::lock_guard<std::mutex> lock(gate_mu_);
@@ -128,9 +110,9 @@ class GatedEngines : public ScriptedEngines {
     std::lock_guard<std::mutex> lock(gate_mu_);
     return max_inflight_;
   }
-  size_t threads() {
+  std::set<std::thread::id> threads() {
     std::lock_guard<std::mutex> lock(gate_mu_);
-    return threads_.size();
+    return threads_;
   }
 
  private:
@@ -139,6 +121,7 @@ class GatedEngines : public ScriptedEngines {
   bool open_ = false;
   int inflight_ = 0;
   int max_inflight_ = 0;
+  std::vector<boost::asio::steady_timer*> gates_;  // waiting, each in its leg's frame
   std::set<std::thread::id> threads_;
 };
 
@@ -169,9 +152,17 @@ class StartupChecksTest : public ::testing::Test {
     prober_ = std::make_unique<Prober>(*engines_, *fleet_, clock_);
   }
 
-  void Checks(std::chrono::milliseconds retry, size_t threads = StartupChecks::kMaxThreads,
-              std::chrono::milliseconds poll = 1ms) {
-    checks_ = std::make_unique<StartupChecks>(*fleet_, *prober_, retry, threads, poll);
+  void Checks(engines::MonoClock::duration retry, size_t checkers = StartupChecks::kMaxCheckers) {
+    checks_ = std::make_unique<StartupChecks>(*fleet_, *prober_, loop_.executor(), retry, checkers);
+  }
+  // The control loop's thread.
+  std::thread::id LoopThread() {
+    std::thread::id id;
+    loop_.Run([&]() -> engines::Awaitable<void> {
+      id = std::this_thread::get_id();
+      co_return;
+    }());
+    return id;
   }
 
   bool AllChecked() const {
@@ -189,28 +180,30 @@ class StartupChecksTest : public ::testing::Test {
     return out;
   }
 
+  testing::ControlLoop loop_;
   prometheus::Registry registry_;
   Metrics metrics_;
   Settings settings_;
-  ReadCountingClock clock_;
+  testing::FakeClock clock_;
   std::unique_ptr<Fleet> fleet_;
   std::unique_ptr<GatedEngines> engines_;
   std::unique_ptr<Prober> prober_;
   std::unique_ptr<StartupChecks> checks_;
 };
 
-TEST_F(StartupChecksTest, ThreadsStayBoundedWhileEveryEngineIsChecked) {
+TEST_F(StartupChecksTest, ChecksStayBoundedOnOneThreadWhileEveryEngineIsChecked) {
   MakeFleet(100, 100);
   Checks(1000ms);
   checks_->Start();
-  // Every checker is held at the gate: exactly the bound runs at once.
-  ASSERT_TRUE(engines_->WaitInflight(StartupChecks::kMaxThreads));
-  EXPECT_EQ(checks_->running(), StartupChecks::kMaxThreads);
-  EXPECT_EQ(engines_->inflight(), static_cast<int>(StartupChecks::kMaxThreads));
+  // Every checker is suspended at the gate: exactly the bound runs at once.
+  ASSERT_TRUE(engines_->WaitInflight(StartupChecks::kMaxCheckers));
+  EXPECT_EQ(checks_->running(), StartupChecks::kMaxCheckers);
+  EXPECT_EQ(engines_->inflight(), static_cast<int>(StartupChecks::kMaxCheckers));
   engines_->Open();
   ASSERT_TRUE(WaitUntil([&] { return AllChecked(); }));
-  EXPECT_EQ(engines_->max_inflight(), static_cast<int>(StartupChecks::kMaxThreads));
-  EXPECT_EQ(engines_->threads(), StartupChecks::kMaxThreads);
+  EXPECT_EQ(engines_->max_inflight(), static_cast<int>(StartupChecks::kMaxCheckers));
+  // Concurrent checks, and not one thread of their own: all on the loop.
+  EXPECT_EQ(engines_->threads(), std::set<std::thread::id>{LoopThread()});
   for (const EngineSettings& e : settings_.engines) {
     EXPECT_EQ(Health(e.iid).size(), 1u) << e.iid;
   }
@@ -218,7 +211,7 @@ TEST_F(StartupChecksTest, ThreadsStayBoundedWhileEveryEngineIsChecked) {
   EXPECT_TRUE(WaitUntil([&] { return checks_->running() == 0; }));
 }
 
-TEST_F(StartupChecksTest, FewerEnginesThanTheBoundGetOneThreadEach) {
+TEST_F(StartupChecksTest, FewerEnginesThanTheBoundGetOneCheckerEach) {
   MakeFleet(2, 1);
   Checks(1000ms);
   checks_->Start();
@@ -226,14 +219,13 @@ TEST_F(StartupChecksTest, FewerEnginesThanTheBoundGetOneThreadEach) {
   EXPECT_EQ(checks_->running(), 3u);
   engines_->Open();
   ASSERT_TRUE(WaitUntil([&] { return AllChecked(); }));
-  EXPECT_EQ(engines_->threads(), 3u);
   EXPECT_TRUE(WaitUntil([&] { return checks_->running() == 0; }));
 }
 
 TEST_F(StartupChecksTest, RolesAreInterleaved) {
   MakeFleet(5, 2);
   engines_->Open();
-  Checks(1000ms, /*threads=*/1);
+  Checks(1000ms, /*checkers=*/1);
   checks_->Start();
   ASSERT_TRUE(WaitUntil([&] { return AllChecked(); }));
   std::vector<std::string> order;
@@ -260,18 +252,19 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
     return fleet_->Checked("d0") && Health("p0").size() == 1 && checks_->waiting() == 1 &&
            checks_->running() == 1;
   }));
-  // The clock does not move: however often the checker looks at the line,
-  // p0 stays in it, unchecked. (Had a look started a check, p0 would have
-  // left the line before the next read, and be back only with its check
-  // recorded.)
-  clock_.MarkNow();
-  ASSERT_TRUE(clock_.WaitReads(2));
+  // Its checker sleeps on the clock until exactly the retry is due; while
+  // the clock does not move, p0 stays in line, unchecked.
+  const engines::MonoTime due = Health("p0")[0].at + 60s;
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::vector<engines::MonoTime> d = clock_.pending_deadlines();
+    return std::find(d.begin(), d.end(), due) != d.end();
+  }));
+  loop_.Drain();
   EXPECT_EQ(checks_->waiting(), 1u);
   EXPECT_EQ(Health("p0").size(), 1u);
   // 1 ms short of the retry on the clock: still not due.
   clock_.Advance(59999ms);
-  clock_.MarkNow();
-  ASSERT_TRUE(clock_.WaitReads(2));
+  loop_.Drain();
   EXPECT_EQ(checks_->waiting(), 1u);
   EXPECT_EQ(Health("p0").size(), 1u);
   // Due on the clock: checked again at once, whatever the real time.
@@ -335,8 +328,9 @@ TEST_F(StartupChecksTest, StopEndsCheckersWaitingForTheirRetry) {
   for (const EngineSettings& e : settings_.engines) {
     engines_->SetControl(e.iid, "/health", engines::ControlResponse{503, "loading", ""});
   }
-  // An hour between checks, and no polling: only Stop() wakes them.
-  Checks(std::chrono::hours(1), StartupChecks::kMaxThreads, std::chrono::hours(1));
+  // An hour between checks on the clock, which stands still: only Stop()
+  // wakes them.
+  Checks(std::chrono::hours(1));
   checks_->Start();
   ASSERT_TRUE(WaitUntil([&] {
     for (const EngineSettings& e : settings_.engines) {

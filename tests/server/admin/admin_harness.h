@@ -11,12 +11,12 @@
 #ifndef NARWHAL_TESTS_ADMIN_ADMIN_HARNESS_H_
 #define NARWHAL_TESTS_ADMIN_ADMIN_HARNESS_H_
 
+#include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <prometheus/registry.h>
 
 #include "engines/http/standalone_engine_client.h"
 #include "narwhal/admin/v1/admin.grpc.pb.h"
@@ -47,9 +47,10 @@ class AdminHarness {
   explicit AdminHarness(router::Settings settings, server::AdminOptions options = {})
       : settings_(std::move(settings)), metrics_(registry_), client_(ClientOptions(settings_)) {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, nullptr, &events_);
-    prober_ = std::make_unique<router::Prober>(client_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(client_.async(), *fleet_, clock_);
     service_ = std::make_unique<server::AdminService>(settings_, *fleet_, *prober_, events_,
-                                                      client_, clock_, std::move(options));
+                                                      client_.async(), client_.executor(), clock_,
+                                                      std::move(options));
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());

@@ -1,11 +1,12 @@
-// WorkerPool: router-owned threads that run client requests' engine legs.
+// WorkerPool: the admin service's threads for operator actions that wait
+// (preflight, readmission validation: their engine legs run on the owner's
+// loop while a worker waits), so no gRPC callback thread ever blocks.
 //
-// Threads are created on demand up to `max_threads` and then kept, so the hot
-// path reuses threads instead of creating one per request. Admission caps
-// concurrent requests at the same number, so a task never waits for a
-// thread. Thread-safe.
-#ifndef NARWHAL_ROUTER_FLEET_WORKER_POOL_H_
-#define NARWHAL_ROUTER_FLEET_WORKER_POOL_H_
+// Threads are created on demand up to `max_threads` and then kept; tasks
+// beyond that queue in order. The destructor runs what is queued, then
+// joins. Thread-safe.
+#ifndef NARWHAL_SERVER_ADMIN_WORKER_POOL_H_
+#define NARWHAL_SERVER_ADMIN_WORKER_POOL_H_
 
 #include <condition_variable>
 #include <deque>
@@ -14,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace narwhal::router {
+namespace narwhal::server {
 
 class WorkerPool {
  public:
@@ -39,6 +40,6 @@ class WorkerPool {
   bool stop_ = false;
 };
 
-}  // namespace narwhal::router
+}  // namespace narwhal::server
 
-#endif  // NARWHAL_ROUTER_FLEET_WORKER_POOL_H_
+#endif  // NARWHAL_SERVER_ADMIN_WORKER_POOL_H_

@@ -1,6 +1,6 @@
-#include "router/fleet/worker_pool.h"
+#include "server/admin/worker_pool.h"
 
-namespace narwhal::router {
+namespace narwhal::server {
 
 WorkerPool::~WorkerPool() {
   {
@@ -44,4 +44,4 @@ void WorkerPool::Loop() {
   }
 }
 
-}  // namespace narwhal::router
+}  // namespace narwhal::server
