@@ -58,6 +58,10 @@ absl::StatusOr<SoakOptions> ParseSoakOptions(int argc, char** argv) {
     o.seed = static_cast<uint64_t>(
         std::chrono::system_clock::now().time_since_epoch().count() & 0x7fffffffffff);
   }
+  // More streams, the same request rate: engines pace tokens slower in
+  // proportion, so 512 streams are 512 concurrent answers that the two
+  // cores still carry (a request stays well inside the router's timeout).
+  o.token_interval_ms = std::max(o.token_interval_ms, o.token_interval_ms * o.streams / 200);
   o.warmup_s = std::clamp(o.seconds / 2, 10, 60);
   o.rss_window_s = std::clamp(o.seconds / 12, 5, 30);
   return o;

@@ -29,7 +29,9 @@ struct SoakOptions {
   double stream_share = 0.75;
   double abort_share = 0.08;
   // Engine pacing and request sizes: ~1.5 s per request, so 200 streams
-  // make ~130 requests/s, which two loaded cores carry.
+  // make ~130 requests/s, which two loaded cores carry. Beyond 200 streams
+  // the pacing grows in proportion (ParseSoakOptions): the same rate, more
+  // answers in flight at once.
   int token_interval_ms = 30;
   int min_tokens = 16;
   int max_tokens = 80;
