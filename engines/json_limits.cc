@@ -116,6 +116,10 @@ nlohmann::json ParseJson(std::string_view text, const JsonBounds& bounds) {
   return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 
+nlohmann::json ParseCheckedJson(std::string_view text) {
+  return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
 std::string DepthLimitText(int max_depth) {
   return "nests deeper than " + std::to_string(max_depth) + " levels";
 }

@@ -68,6 +68,9 @@ bool JsonDepthWithin(std::string_view text, int max_depth = kMaxJsonDepth);
 // The parsed document, or a discarded value when `text` is not JSON or
 // breaks `bounds`. Never throws.
 nlohmann::json ParseJson(std::string_view text, const JsonBounds& bounds = {});
+// The same for `text` that CheckJson() already found within its bounds: the
+// parse only, without scanning the text a second time.
+nlohmann::json ParseCheckedJson(std::string_view text);
 
 // "nests deeper than 128 levels": the shared wording of a depth refusal.
 std::string DepthLimitText(int max_depth = kMaxJsonDepth);

@@ -42,7 +42,7 @@ bool Assembler::Add(std::string_view data) {
     error_ = "decode stream carried an event that " + engines::JsonLimitText(v, data.size());
     return false;
   }
-  json chunk = engines::ParseJson(data);
+  json chunk = engines::ParseCheckedJson(data);
   if (!chunk.is_object()) {
     error_ = "decode stream carried an event that is not a JSON object";
     return false;

@@ -156,7 +156,7 @@ ParsedRequest ParseOpenAiRequest(std::string_view raw, engines::Api api,
                   router::Reason::kTooLarge);
     }
   }
-  json body = engines::ParseJson(raw, {.max_cost = static_cast<size_t>(-1)});
+  json body = engines::ParseCheckedJson(raw);
   if (body.is_discarded()) return Fail("request body is not valid JSON");
   return ValidateOpenAiBody(std::move(body), api, served_model, limits);
 }

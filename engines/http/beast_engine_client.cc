@@ -471,7 +471,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
       std::optional<json> descriptor;
       if (const JsonVerdict v = CheckJson(response); v != JsonVerdict::kWithin) {
         why = "prefill response " + JsonLimitText(v, response.size());
-      } else if (json parsed = ParseJson(response); parsed.is_discarded()) {
+      } else if (json parsed = ParseCheckedJson(response); parsed.is_discarded()) {
         why = "prefill response is not valid JSON";
       } else {
         descriptor = ExtractDescriptor(parsed, &why);
