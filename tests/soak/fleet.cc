@@ -1,5 +1,7 @@
 #include "tests/soak/fleet.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace narwhal::soak {
@@ -37,7 +39,7 @@ absl::StatusOr<std::vector<SoakEngine>> StartFleet(const SoakOptions& options,
   return engines;
 }
 
-nlohmann::json SoakFleetConfig(const std::vector<SoakEngine>& engines) {
+nlohmann::json SoakFleetConfig(const std::vector<SoakEngine>& engines, int streams) {
   nlohmann::json list = nlohmann::json::array();
   for (const SoakEngine& e : engines) {
     list.push_back({{"iid", e.iid}, {"url", e.sim->url()}, {"role", e.role}});
@@ -52,9 +54,9 @@ nlohmann::json SoakFleetConfig(const std::vector<SoakEngine>& engines) {
         {"graceful_timeout_s", 10},
         {"retry_base_s", 0.02},
         {"retry_cap_s", 0.2},
-        // Just under the 200 streams: admission refusals (429) are part of
-        // the mix.
-        {"max_inflight", 195}}},
+        // Just under the streams: admission refusals (429) are part of the
+        // mix, and every other stream is an answer in flight.
+        {"max_inflight", std::max(1, streams - 5)}}},
       {"engine",
        {{"first_token_timeout_s", 1.5},
         {"decode_read_timeout_s", 1.5},

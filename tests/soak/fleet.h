@@ -40,8 +40,9 @@ absl::StatusOr<std::vector<SoakEngine>> StartFleet(const SoakOptions& options,
 
 // The router's config over `engines`: short engine timeouts and fast
 // breaker cadences (probes every 0.5 s, liveness every 1 s), so that an
-// engine that recovers is readmitted within seconds.
-nlohmann::json SoakFleetConfig(const std::vector<SoakEngine>& engines);
+// engine that recovers is readmitted within seconds; serving.max_inflight
+// just under `streams`.
+nlohmann::json SoakFleetConfig(const std::vector<SoakEngine>& engines, int streams);
 
 // The router's request deadline in that config.
 inline constexpr int kRequestTimeoutS = 15;

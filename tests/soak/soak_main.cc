@@ -160,7 +160,7 @@ int Run(const SoakOptions& options) {
     return 1;
   }
   testing::ServeOptions serve_options;
-  serve_options.config = SoakFleetConfig(*fleet);
+  serve_options.config = SoakFleetConfig(*fleet, options.streams);
   absl::StatusOr<std::unique_ptr<ServeProcess>> started = ServeProcess::Start(serve_options);
   if (!started.ok()) {
     std::cout << "FAIL: cannot start narwhal-serve: " << started.status() << std::endl;
