@@ -25,7 +25,7 @@ jobs="${NARWHAL_FUZZ_BUILD_JOBS:-2}"
 smoke_seconds="${NARWHAL_FUZZ_SMOKE_SECONDS:-5}"
 fuzz_dir="$root/tests/fuzz"
 all_targets=(fuzz_sse_stream fuzz_continuation fuzz_prefill_response fuzz_openai_request
-             fuzz_grpc_request fuzz_fleet_config fuzz_http_request)
+             fuzz_grpc_request fuzz_fleet_config fuzz_http_request fuzz_kv_events)
 
 usage() {
   sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -57,7 +57,7 @@ dict_flag() {
   case "$1" in
     fuzz_sse_stream) name=sse ;;
     fuzz_http_request) name=http ;;
-    fuzz_grpc_request) return 0 ;;
+    fuzz_grpc_request | fuzz_kv_events) return 0 ;;
     *) name=json ;;
   esac
   echo "-dict=$fuzz_dir/dict/$name.dict"
