@@ -352,6 +352,34 @@ constexpr std::string_view kStoredFields[] = {"block_hashes", "parent_block_hash
                                               "lora_name",    "extra_keys",        "group_idx"};
 constexpr std::string_view kRemovedFields[] = {"block_hashes", "medium", "group_idx"};
 
+// The event a type's fields made, once its required fields were all seen
+// (`required` counts them; an unknown type makes none).
+Status Built(Tag tag, int required, BlockStored&& stored, BlockRemoved&& removed,
+             std::optional<KvEvent>* event) {
+  switch (tag) {
+    case Tag::kStored:
+      if (required < 3) return InvalidArgumentError("BlockStored lacks its required fields");
+      *event = std::move(stored);
+      break;
+    case Tag::kRemoved:
+      if (required < 1) return InvalidArgumentError("BlockRemoved lacks block_hashes");
+      *event = std::move(removed);
+      break;
+    case Tag::kCleared:
+      *event = AllBlocksCleared{};
+      break;
+    case Tag::kUnknown:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// A map key: a string, or "" for a key of any other type (skipped).
+Status Key(Cursor& c, std::string_view* key) {
+  *key = {};
+  return c.NextIs(MP_STR) ? c.Str(key) : c.Skip();
+}
+
 // One event; an unknown type leaves *event unset.
 Status Event(Cursor& c, const KvDecodeLimits& limits, std::optional<KvEvent>* event) {
   event->reset();
@@ -376,16 +404,7 @@ Status Event(Cursor& c, const KvDecodeLimits& limits, std::optional<KvEvent>* ev
       }
       if (!s.ok()) return s;
     }
-    if (tag == Tag::kStored) {
-      if (required < 3) return InvalidArgumentError("BlockStored lacks its required fields");
-      *event = std::move(stored);
-    } else if (tag == Tag::kRemoved) {
-      if (required < 1) return InvalidArgumentError("BlockRemoved lacks block_hashes");
-      *event = std::move(removed);
-    } else if (tag == Tag::kCleared) {
-      *event = AllBlocksCleared{};
-    }
-    return absl::OkStatus();
+    return Built(tag, required, std::move(stored), std::move(removed), event);
   }
   // vLLM >= 0.24: {"type": tag, field: value, ...} in any order. The type
   // first (one pass that only skips), then the fields.
@@ -396,11 +415,7 @@ Status Event(Cursor& c, const KvDecodeLimits& limits, std::optional<KvEvent>* ev
   std::optional<Tag> tag;
   for (uint32_t i = 0; i < n; ++i) {
     std::string_view key;
-    if (c.NextIs(MP_STR)) {
-      if (Status s = c.Str(&key); !s.ok()) return s;
-    } else if (Status s = c.Skip(); !s.ok()) {
-      return s;
-    }
+    if (Status s = Key(c, &key); !s.ok()) return s;
     if (key == "type") {
       std::string_view name;
       if (Status s = c.Str(&name); !s.ok()) return Field("type", s);
@@ -417,11 +432,7 @@ Status Event(Cursor& c, const KvDecodeLimits& limits, std::optional<KvEvent>* ev
   BlockRemoved removed;
   for (uint32_t i = 0; i < n; ++i) {
     std::string_view key;
-    if (c.NextIs(MP_STR)) {
-      if (Status s = c.Str(&key); !s.ok()) return s;
-    } else if (Status s = c.Skip(); !s.ok()) {
-      return s;
-    }
+    if (Status s = Key(c, &key); !s.ok()) return s;
     Status s;
     if (key == "type" || key.empty()) {
       s = c.Skip();
@@ -435,22 +446,7 @@ Status Event(Cursor& c, const KvDecodeLimits& limits, std::optional<KvEvent>* ev
     if (!s.ok()) return s;
   }
   c = after;
-  switch (*tag) {
-    case Tag::kStored:
-      if (required < 3) return InvalidArgumentError("BlockStored lacks its required fields");
-      *event = std::move(stored);
-      break;
-    case Tag::kRemoved:
-      if (required < 1) return InvalidArgumentError("BlockRemoved lacks block_hashes");
-      *event = std::move(removed);
-      break;
-    case Tag::kCleared:
-      *event = AllBlocksCleared{};
-      break;
-    case Tag::kUnknown:
-      break;
-  }
-  return absl::OkStatus();
+  return Built(*tag, required, std::move(stored), std::move(removed), event);
 }
 
 Status Events(Cursor& c, const KvDecodeLimits& limits, KvEventBatch* batch) {
@@ -517,11 +513,7 @@ absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::string_view payload,
     bool events = false;
     for (uint32_t i = 0; i < n; ++i) {
       std::string_view key;
-      if (c.NextIs(MP_STR)) {
-        if (Status s = c.Str(&key); !s.ok()) return s;
-      } else if (Status s = c.Skip(); !s.ok()) {
-        return s;
-      }
+      if (Status s = Key(c, &key); !s.ok()) return s;
       Status s;
       if (key == "ts") {
         s = Field("ts", c.Number(&batch.ts));
