@@ -24,16 +24,7 @@ clients="${CLIENTS:-200}"
 for b in narwhal-serve narwhal-sim; do
   [[ -x "$bin/$b" ]] || { echo "cancel_storm: $bin/$b missing (build it first)" >&2; exit 2; }
 done
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/lib/scratch.sh"
 
 wait_ready() {  # file
   for _ in $(seq 200); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.05; done

@@ -24,16 +24,7 @@ rounds="${ROUNDS:-2}"
 for b in "$before" "$after" "$bin/narwhal-bench" "$bin/narwhal-sim"; do
   [[ -x "$b" ]] || { echo "fleet_redesign_bench: $b missing" >&2; exit 2; }
 done
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/lib/scratch.sh"
 
 start_sim() {  # id role
   "$bin/narwhal-sim" --port 0 --engine-id "$1" --role "$2" --token-interval-ms "${TOKEN_MS:-1}" \
@@ -71,6 +62,7 @@ JSON
   "$serve" --config "$work/fleet.json" --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
     >"$work/serve.out" 2>"$work/serve.err" &
   local pid=$!
+  pids+=("$pid")
   for _ in $(seq 200); do grep -q ready "$work/serve.out" 2>/dev/null && break; sleep 0.05; done
   local http grpc
   http=$(grep -o 'http=[^ ]*' "$work/serve.out" | cut -d= -f2)

@@ -35,16 +35,7 @@ engines=$((prefill + decode))
 for b in narwhal-serve bench_engine; do
   [[ -x "$bin/$b" ]] || { echo "large_fleet: $bin/$b missing (build it first)" >&2; exit 2; }
 done
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/lib/scratch.sh"
 
 now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }  # arithmetic on decimals

@@ -17,16 +17,7 @@ bin="$build/bin"
 for b in narwhal-serve narwhal-bench narwhal-sim; do
   [[ -x "$bin/$b" ]] || { echo "router_bench: $bin/$b missing (build it first)" >&2; exit 2; }
 done
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/lib/scratch.sh"
 
 start_sim() {  # id role (run in this shell, not a subshell, so cleanup sees the pid)
   "$bin/narwhal-sim" --port 0 --engine-id "$1" --role "$2" --token-interval-ms "${TOKEN_MS:-2}" \
