@@ -230,7 +230,7 @@ void Server::Parts::BuildCore() {
   // joining and leaving the fleet.
   engines::IoLoops& io = *loops;
   dns_groups = std::make_unique<router::DnsGroups>(
-      *fleet, clock, metrics.get(), loops->executor(0),
+      fleet->admin(), clock, metrics.get(), loops->executor(0),
       [&io](const std::vector<std::string>& servers)
           -> absl::StatusOr<std::unique_ptr<router::DnsResolver>> {
         auto made = router::CaresResolver::Create(io.executor(0), {.servers = servers});
@@ -243,7 +243,7 @@ void Server::Parts::BuildCore() {
   // Reloads (B20): SIGHUP, a change of the file, the admin ReloadConfig.
   if (config_file) {
     reloader = std::make_unique<ConfigReloader>(
-        std::move(*config_file), *live, *fleet, metrics.get(),
+        std::move(*config_file), *live, fleet->admin(), metrics.get(),
         [this](router::Settings* s) { Override(s); },
         [this](const router::Settings& s) {
           engine_client->SetOptions(EngineClientOptions(s));
@@ -254,7 +254,7 @@ void Server::Parts::BuildCore() {
   }
 
   // Breaker probes, readmission and liveness sweeps (B17).
-  prober = std::make_unique<router::Prober>(*engine_client, *fleet, clock);
+  prober = std::make_unique<router::Prober>(*engine_client, fleet->control(), clock);
 
   AdminOptions admin_options;
   admin_options.token = EnvOrEmpty(settings.admin.token_env);
@@ -305,12 +305,12 @@ absl::Status Server::Parts::RunPreflight() {
 void Server::Parts::StartChecks() {
   // The control plane (probes, join checks, start-up checks) runs on the
   // first loop, the fleet's owner, over the same engine port as requests.
-  monitor = std::make_unique<router::FleetMonitor>(*fleet, *prober, loops->executor(0));
+  monitor = std::make_unique<router::FleetMonitor>(fleet->control(), *prober, loops->executor(0));
   monitor->Start();
   // Readiness waits for each role to have an engine that passed a check.
   const double startup_retry_s = std::clamp(settings.recovery.readmit_interval_s, 0.1, 1.0);
-  startup_checks = std::make_unique<router::StartupChecks>(*fleet, *prober, loops->executor(0),
-                                                           engines::FromSeconds(startup_retry_s));
+  startup_checks = std::make_unique<router::StartupChecks>(
+      fleet->control(), *prober, loops->executor(0), engines::FromSeconds(startup_retry_s));
   startup_checks->Start();
   if (reloader) reloader->StartPolling();
   // After a load, the heap it left in malloc's arenas goes back to the system.

@@ -12,7 +12,7 @@
 
 namespace narwhal::router {
 
-DnsGroups::DnsGroups(Fleet& fleet, const Clock& clock, Metrics* metrics,
+DnsGroups::DnsGroups(FleetAdmin& fleet, const Clock& clock, Metrics* metrics,
                      engines::Executor executor, ResolverFactory resolvers)
     : fleet_(fleet),
       clock_(clock),
@@ -153,8 +153,10 @@ engines::Awaitable<void> DnsGroups::Refresh() {
         Count(entry.iid, "failed");
         // Nothing changes; one line per episode.
         if (!was_failing) {
-          LogWarning("dns group " + entry.iid + " (" + entry.dns + "): lookup failed, members "
-                     "unchanged until a lookup answers: " + answer.error);
+          LogWarning("dns group " + entry.iid + " (" + entry.dns +
+                     "): lookup failed, members "
+                     "unchanged until a lookup answers: " +
+                     answer.error);
         }
         continue;
       case DnsAnswer::Kind::kNoAddress:
@@ -164,7 +166,8 @@ engines::Awaitable<void> DnsGroups::Refresh() {
         Count(entry.iid, "ok");
         break;
     }
-    if (was_failing) LogInfo("dns group " + entry.iid + " (" + entry.dns + "): lookups answer again");
+    if (was_failing)
+      LogInfo("dns group " + entry.iid + " (" + entry.dns + "): lookups answer again");
     std::vector<EngineSettings> members;
     for (const DnsGroupMember& m : DnsGroupMembers(entry.iid, entry.port, answer.addresses)) {
       EngineSettings e;
@@ -176,9 +179,8 @@ engines::Awaitable<void> DnsGroups::Refresh() {
     }
     const MembershipChange change = fleet_.Reconcile(source, members);
     if (!change.empty()) {
-      LogInfo("dns group " + entry.iid + " (" + entry.dns + "): " +
-              std::to_string(members.size()) + " address(es); joined " +
-              std::to_string(change.joined.size()) + ", left " +
+      LogInfo("dns group " + entry.iid + " (" + entry.dns + "): " + std::to_string(members.size()) +
+              " address(es); joined " + std::to_string(change.joined.size()) + ", left " +
               std::to_string(change.left.size()));
     }
   }

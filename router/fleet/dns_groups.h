@@ -28,7 +28,7 @@
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
 #include "router/fleet/dns_resolver.h"
-#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_admin.h"
 
 namespace narwhal::router {
 
@@ -40,7 +40,7 @@ class DnsGroups {
       const std::vector<std::string>& servers)>;
 
   // `metrics` may be null.
-  DnsGroups(Fleet& fleet, const Clock& clock, Metrics* metrics, engines::Executor executor,
+  DnsGroups(FleetAdmin& fleet, const Clock& clock, Metrics* metrics, engines::Executor executor,
             ResolverFactory resolvers);
   ~DnsGroups();  // Stop()
   DnsGroups(const DnsGroups&) = delete;
@@ -66,7 +66,7 @@ class DnsGroups {
   engines::Awaitable<void> Refresh();
   void Count(const std::string& group, const char* result);
 
-  Fleet& fleet_;
+  FleetAdmin& fleet_;
   const Clock& clock_;
   Metrics* metrics_;
   engines::Executor executor_;
@@ -81,7 +81,7 @@ class DnsGroups {
   double timeout_s_ = 2;
   bool stop_ = false;
   std::shared_ptr<engines::Timer> timer_;  // the loop's, while it waits
-  std::unique_ptr<DnsResolver> resolver_;   // the loop's
+  std::unique_ptr<DnsResolver> resolver_;  // the loop's
   std::promise<void> ended_;
   bool started_ = false;
 };

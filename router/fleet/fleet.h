@@ -9,11 +9,13 @@
 //    is RAII and releases its slot on every path (B7), even after its
 //    engine left the fleet; DecodeStarted() and Report() hand what an
 //    attempt saw to the owner without waiting (a lock-free queue).
-//  - The owner (the control plane: probes, operators, the admin API): every
-//    other method. They run under the owner's mutex, which no request
-//    takes; reports queued by requests are applied first, so a reader sees
-//    every attempt that finished before it asked. After every change that
-//    moves placement the owner publishes a new view (one atomic swap).
+//  - The owner, split by caller: control() (router/fleet/fleet_control.h:
+//    the monitor, prober and start-up checks) and admin()
+//    (router/fleet/fleet_admin.h: operators, reloads, DNS groups and the
+//    read-outs). They run under the owner's mutex, which no request takes;
+//    reports queued by requests are applied first, so a reader sees every
+//    attempt that finished before it asked. After every change that moves
+//    placement the owner publishes a new view (one atomic swap).
 // Every breaker and link change is published once: to the metrics, the
 // journal (event rows) and the event bus.
 #ifndef NARWHAL_ROUTER_FLEET_FLEET_H_
@@ -33,120 +35,29 @@
 
 #include "engines/engine_client.h"
 #include "engines/engine_failure.h"
+#include "engines/snapshot_slot.h"
 #include "router/common/clock.h"
 #include "router/common/journal.h"
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
-#include "engines/snapshot_slot.h"
 #include "router/fleet/attempt_report.h"
 #include "router/fleet/breaker_book.h"
 #include "router/fleet/engine_record.h"
 #include "router/fleet/engine_series.h"
+#include "router/fleet/engine_snapshot.h"
 #include "router/fleet/event_bus.h"
+#include "router/fleet/fleet_admin.h"
+#include "router/fleet/fleet_control.h"
 #include "router/fleet/fleet_event.h"
 #include "router/fleet/fleet_event_counts.h"
 #include "router/fleet/kv_recompute.h"
 #include "router/fleet/link_book.h"
+#include "router/fleet/membership.h"
 #include "router/fleet/placement.h"
 #include "router/fleet/placement_view.h"
 #include "router/fleet/prefix_index.h"
 
 namespace narwhal::router {
-
-// A read-only view of one producer→consumer link (admin API, tests).
-struct LinkSnapshot {
-  std::string producer;
-  std::string consumer;
-  LinkState state = LinkState::kServing;
-  double since = 0;  // unix seconds the state began
-  std::string cause;
-  int streak = 0;
-  long long successes = 0;
-  long long failures = 0;
-  std::optional<double> last_success_age_s;
-  std::optional<double> last_failure_age_s;
-  std::string last_failure;
-  std::optional<double> next_probe_in_s;
-  int probe_failures = 0;
-  bool probe_running = false;
-};
-
-// A scrape of one consumer's /metrics the monitor should run now (its
-// failed-transfer counter, router/fleet/kv_recompute.h).
-struct RecomputeScrapeTask {
-  std::string iid;
-};
-
-// A read-only view of one engine (admin API, /ready, tests).
-struct EngineSnapshot {
-  EngineSettings settings;
-  PlacementState state = PlacementState::kServing;
-  // Where it comes from: "file", "dns:<group iid>" or "admin".
-  std::string source;
-  std::array<int, engines::kBreakerClassCount> streak{};
-  int inflight_prefill = 0;
-  int inflight_decode = 0;
-  // Decode legs placed here whose prefill still runs.
-  int reserved_decode = 0;
-  // Entries of its prefix index (cache_aware placement; 0 otherwise).
-  size_t prefix_index_chunks = 0;
-  // The hold keeping it out, if any: kTimed (quarantine) or kInference.
-  HoldKind hold_kind = HoldKind::kNone;
-  std::optional<double> hold_remaining_s;  // timed holds only
-  std::string hold_cause;
-  std::optional<double> held_for_s;
-  // Ejection (the cause is set while ejected).
-  std::optional<EjectCause> ejection_cause;
-  std::string ejection_detail;
-  std::optional<double> ejected_for_s;
-  std::optional<EjectCause> last_ejection_cause;
-  // Ejected and readmitted only through an inference probe (ejected by a
-  // failed one, or while on an inference hold).
-  bool inference_suspect = false;
-  // Probes (kind and outcome are set once one ran).
-  std::optional<ProbeKind> last_probe_kind;
-  std::optional<ProbeOutcome> last_probe_outcome;
-  std::string last_probe_detail;
-  std::optional<double> last_probe_age_s;
-  std::optional<double> next_probe_in_s;
-  int probe_failures = 0;
-  bool probe_running = false;
-  int liveness_misses = 0;
-  // Why it is out of placement, in one sentence ("" when serving).
-  std::string explanation;
-};
-
-// Where a member of the fleet comes from (B25 `source`).
-enum class SourceKind { kFile, kDns, kAdmin };
-struct MemberSource {
-  SourceKind kind = SourceKind::kFile;
-  std::string group;  // kDns: the group's iid
-  // "file", "dns:<group>", "admin".
-  std::string Name() const;
-  bool operator==(const MemberSource& o) const { return kind == o.kind && group == o.group; }
-};
-
-// What the membership settings of the fleet are (SPEC §13 `membership`).
-struct MembershipOptions {
-  bool join_checks = true;
-  double drain_timeout_s = 30;
-  double remember_s = 600;
-};
-
-// A joining engine whose join checks are due (B22), marked running.
-struct JoinTask {
-  engines::EngineTarget target;
-  Role role = Role::kBoth;
-  uint64_t incarnation = 0;
-};
-
-// What one membership change did, by iid.
-struct MembershipChange {
-  std::vector<std::string> joined;
-  std::vector<std::string> left;
-  std::vector<std::string> changed;  // left and joined again (a new url, role or kv_engine_id)
-  bool empty() const { return joined.empty() && left.empty() && changed.empty(); }
-};
 
 // How one leg was placed (journal and metrics).
 struct PlacementInfo {
@@ -155,7 +66,7 @@ struct PlacementInfo {
   size_t prompt_bytes = 0;  // bytes of the prompt's rendered text
 };
 
-class Fleet {
+class Fleet : private FleetControl, private FleetAdmin {
  public:
   // `metrics`, `journal` and `events` may be null.
   Fleet(const Settings& settings, const Clock& clock, Metrics* metrics, Journal* journal = nullptr,
@@ -223,138 +134,80 @@ class Fleet {
   // One finished attempt (router/fleet/attempt_report.h).
   void Report(AttemptReport report);
 
-  // --- the owner ---
-  // Applies every queued report now (what the owner's loop does on its own).
+  // The owner's applier: every queued report now (what the owner's loop does
+  // on its own).
   void Sync();
 
-  // Breaker evidence from a failed client leg (uses failure.evidence_iid and
-  // breaker_class; no-op for kNone). `producer` is the attempt's producer.
-  void RecordFailure(const engines::EngineFailure& failure, const std::string& producer = "");
-  void RecordSuccess(const std::string& iid, Success kind);
-
-  // --- per-link health (fleet_links.cc; router/fleet/link_book.h) ---
-  // A crossed decode producer→consumer reached [DONE]. (Failures are
-  // attributed by RecordFailure.)
-  void RecordLinkSuccess(const std::string& producer, const std::string& consumer);
-  std::vector<LinkProbeTask> TakeDueLinkProbes();
-  void CompleteLinkProbe(const LinkProbeTask& task, LinkProbeOutcome outcome,
-                         const std::string& detail);
-  std::vector<LinkSnapshot> Links() const;
-
-  // --- silent-recompute detection (fleet_recompute.cc; router/fleet/kv_recompute.h) ---
-  static constexpr double kRecomputeScrapeIntervalS = 1;
-  // A crossed decode producer→consumer was sent.
-  void RecomputeDecodeStarted(const std::string& producer, const std::string& consumer);
-  // It ended: `suspected` when its usage says the consumer recomputed the
-  // prompt (rule (a); counted on the consumer, logged with `evidence`, and a
-  // failure of the link), `failed` when the decode failed.
-  void RecomputeDecodeEnded(const std::string& producer, const std::string& consumer,
-                            bool suspected, bool failed, const std::string& evidence);
-  // A link probe's decode ended; `explained`: it recomputed (rule (a)) or
-  // failed. Never counted (the probe's outcome records it), but it explains
-  // a failed transfer on the consumer. Pair with RecomputeDecodeStarted.
-  void RecomputeProbeEnded(const std::string& producer, const std::string& consumer,
-                           bool explained);
-  // Consumers whose /metrics are due (every kRecomputeScrapeIntervalS),
-  // marked running.
-  std::vector<RecomputeScrapeTask> TakeDueRecomputeScrapes();
-  // The scrape's failed-transfer counter (nullopt: none, or no answer).
-  void CompleteRecomputeScrape(const RecomputeScrapeTask& task,
-                               std::optional<double> failed_transfers);
-
-  // --- fleet monitor ---
-  // Probes due now (marked running), and timed holds that expired.
-  std::vector<ProbeTask> TakeDueProbes();
-  void CompleteProbe(const ProbeTask& task, ProbeOutcome outcome, const std::string& detail,
-                     const std::string& producer = "");
-  // A probe attempt that did not settle the probe (a producer that failed).
-  void RecordProbeAttempt(const ProbeTask& task, ProbeOutcome outcome, const std::string& producer,
-                          const std::string& detail);
-  // What an inference probe of `iid` exercises: the phase of the failures
-  // that held it, and (decode side) the producer of the failed transfer.
-  Phase ProbeSide(const std::string& iid) const;
-  std::string RecordedProducer(const std::string& iid) const;
-  // The engine's target (nullopt: not in the fleet).
-  std::optional<engines::EngineTarget> Target(const std::string& iid) const;
-  // Whether engine `iid` passed a check since start (counts for Ready).
-  bool Checked(const std::string& iid) const;
-  // Live engines able to prefill, fewest prefill legs in flight first, then
-  // by iid, excluding `except`.
-  std::vector<engines::EngineTarget> LiveProducers(const std::string& except) const;
-  std::optional<engines::EngineTarget> LiveConsumer(const std::string& except) const;
-
-  // --- operators (admin service) ---
-  absl::Status Eject(const std::string& iid, const std::string& detail);
-  absl::Status Drain(const std::string& iid);
-  // Back into placement after the caller's validation passed.
-  absl::Status Readmit(const std::string& iid, const std::string& evidence);
-  absl::Status ReleaseQuarantine(const std::string& iid);
-  // Whether `iid` is in the fleet.
-  bool Contains(const std::string& iid) const;
-  // The role ("prefill" or "decode") for which `iid` is the last engine in
-  // placement now, or "" (operators are asked to confirm such a removal).
-  std::string LastInPlacement(const std::string& iid) const;
-  // One engine's view (nullopt: not in the fleet).
-  std::optional<EngineSnapshot> Snapshot(const std::string& iid) const;
-
   // True when every role has an engine in placement that passed a check
-  // since start; else *why says which not.
+  // since start; else *why says which not. Lock-free (the view).
   bool Ready(std::string* why) const;
-  std::vector<EngineSnapshot> Snapshot() const;
-  // The engines in the fleet, in order.
-  std::vector<EngineSettings> engines() const;
-  // Refreshes every engine's gauges (time-based states such as a quarantine
-  // expire without an event); called before metrics are scraped.
-  void PublishAll();
-  // Publishes an event that is not a breaker or link change (a preflight
-  // run, a refused readmission): counted once (FleetEventCounts: metrics
-  // and the admin counters), logged, published typed to the event bus and
-  // written to the journal.
-  void Publish(const FleetEvent& event);
-  // Each engine's event counts since start (admin GetBreakers).
-  std::map<std::string, EngineEventCounts> EventCounts() const;
-
-  // --- settings (B20) ---
-  // The settings the owner follows (the latest applied generation).
-  std::shared_ptr<const Settings> settings() const;
-  // A reload's settings: recovery, links, placement and membership for what
-  // follows. Engines are reconciled separately (Reconcile).
-  void ApplySettings(std::shared_ptr<const Settings> settings);
-
-  // --- membership (fleet_membership.cc; B20-B25) ---
-  // The fleet as configured at start-up is the `file` source's, in placement
-  // at once (readiness waits for each engine's check); engines that join
-  // later pass their join checks first (unless options say otherwise).
-  void SetMembershipOptions(const MembershipOptions& options);
-  // A new engine joins: `joining` until its join checks pass (B22).
-  // ALREADY_EXISTS for an iid in the fleet.
-  absl::Status AddEngine(const EngineSettings& engine, const MemberSource& source);
-  // Engine `iid` leaves (B23). NOT_FOUND for an unknown iid;
-  // FAILED_PRECONDITION when it comes from another source than `by`.
-  absl::Status RemoveEngine(const std::string& iid, const MemberSource& by);
-  // Makes `source`'s members what `desired` says (B21): new iids join, iids
-  // gone leave, a changed url, role or kv_engine_id leaves and joins again;
-  // the rest keep every state. Iids of other sources in `desired` are
-  // skipped (and logged).
-  MembershipChange Reconcile(const MemberSource& source, const std::vector<EngineSettings>& desired);
-  // Join checks due now (running from now on), and leaving engines whose
-  // legs have ended (gone) or outlasted the drain timeout (cancelled).
-  std::vector<JoinTask> TakeDueJoinChecks();
-  void CompleteJoinCheck(const JoinTask& task, bool passed, const std::string& detail);
-  // Engines joining (by iid) and able to serve `phase` whose health passed
-  // (peers for each other's join probes when nothing else serves).
-  std::vector<engines::EngineTarget> JoiningPeers(Phase phase, const std::string& except) const;
-  void SweepLeaving();
-
-  // --- the model's context length (fleet_model_len.cc) ---
-  // max_model_len as engine `iid` reports it on /v1/models. The fleet keeps
-  // the smallest reported (or the pinned engine_contract.max_model_len):
-  // a request that cannot fit in it is refused before any prefill.
-  void RecordMaxModelLen(const std::string& iid, long long max_model_len);
-  // 0 while unknown. Lock-free: read on every request.
+  // The model's context length (the smallest an engine reported, or the
+  // pinned one); 0 while unknown. Lock-free: read on every request.
   long long max_model_len() const;
 
+  // --- the owner's two sides, by caller ---
+  FleetControl& control() { return *this; }  // monitor, prober, checks
+  FleetAdmin& admin() { return *this; }      // operators, reloads, read-outs
+  const FleetAdmin& admin() const { return *this; }
+
  private:
+  // --- FleetControl (fleet_breakers.cc, fleet_links.cc, fleet_recompute.cc,
+  // fleet_membership.cc, fleet_model_len.cc) ---
+  std::shared_ptr<const Settings> settings() const override;
+  std::vector<EngineSettings> engines() const override;
+  std::optional<engines::EngineTarget> Target(const std::string& iid) const override;
+  std::optional<EngineSnapshot> Snapshot(const std::string& iid) const override;
+  bool Checked(const std::string& iid) const override;
+  void RecordFailure(const engines::EngineFailure& failure, const std::string& producer) override;
+  void RecordSuccess(const std::string& iid, Success kind) override;
+  void RecordLinkSuccess(const std::string& producer, const std::string& consumer) override;
+  void RecordMaxModelLen(const std::string& iid, long long max_model_len) override;
+  std::vector<ProbeTask> TakeDueProbes() override;
+  void CompleteProbe(const ProbeTask& task, ProbeOutcome outcome, const std::string& detail,
+                     const std::string& producer) override;
+  void RecordProbeAttempt(const ProbeTask& task, ProbeOutcome outcome, const std::string& producer,
+                          const std::string& detail) override;
+  Phase ProbeSide(const std::string& iid) const override;
+  std::string RecordedProducer(const std::string& iid) const override;
+  std::vector<engines::EngineTarget> LiveProducers(const std::string& except) const override;
+  std::optional<engines::EngineTarget> LiveConsumer(const std::string& except) const override;
+  std::vector<LinkProbeTask> TakeDueLinkProbes() override;
+  void CompleteLinkProbe(const LinkProbeTask& task, LinkProbeOutcome outcome,
+                         const std::string& detail) override;
+  void RecomputeDecodeStarted(const std::string& producer, const std::string& consumer) override;
+  void RecomputeDecodeEnded(const std::string& producer, const std::string& consumer,
+                            bool suspected, bool failed, const std::string& evidence) override;
+  void RecomputeProbeEnded(const std::string& producer, const std::string& consumer,
+                           bool explained) override;
+  std::vector<RecomputeScrapeTask> TakeDueRecomputeScrapes() override;
+  void CompleteRecomputeScrape(const RecomputeScrapeTask& task,
+                               std::optional<double> failed_transfers) override;
+  std::vector<JoinTask> TakeDueJoinChecks() override;
+  void CompleteJoinCheck(const JoinTask& task, bool passed, const std::string& detail) override;
+  std::vector<engines::EngineTarget> JoiningPeers(Phase phase,
+                                                  const std::string& except) const override;
+  void SweepLeaving() override;
+
+  // --- FleetAdmin (fleet.cc, fleet_breakers.cc, fleet_links.cc,
+  // fleet_membership.cc) ---
+  void ApplySettings(std::shared_ptr<const Settings> settings) override;
+  void SetMembershipOptions(const MembershipOptions& options) override;
+  absl::Status Eject(const std::string& iid, const std::string& detail) override;
+  absl::Status Drain(const std::string& iid) override;
+  absl::Status Readmit(const std::string& iid, const std::string& evidence) override;
+  absl::Status ReleaseQuarantine(const std::string& iid) override;
+  std::string LastInPlacement(const std::string& iid) const override;
+  absl::Status AddEngine(const EngineSettings& engine, const MemberSource& source) override;
+  absl::Status RemoveEngine(const std::string& iid, const MemberSource& by) override;
+  MembershipChange Reconcile(const MemberSource& source,
+                             const std::vector<EngineSettings>& desired) override;
+  bool Contains(const std::string& iid) const override;
+  std::vector<EngineSnapshot> Snapshot() const override;
+  std::vector<LinkSnapshot> Links() const override;
+  std::map<std::string, EngineEventCounts> EventCounts() const override;
+  void PublishAll() override;
+  void Publish(const FleetEvent& event) override;
+
   struct QueuedReport;
   // Candidates for a leg of `phase` from `view`.
   std::vector<Candidate> Candidates(const PlacementView& view, Phase phase,

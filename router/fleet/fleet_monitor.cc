@@ -2,7 +2,7 @@
 
 namespace narwhal::router {
 
-FleetMonitor::FleetMonitor(Fleet& fleet, Prober& prober, engines::Executor executor,
+FleetMonitor::FleetMonitor(FleetControl& fleet, Prober& prober, engines::Executor executor,
                            engines::MonoClock::duration tick)
     : fleet_(fleet), prober_(prober), tick_(tick), tasks_(std::move(executor), "fleet monitor") {}
 

@@ -14,7 +14,7 @@
 #include <mutex>
 
 #include "engines/cancel_token.h"
-#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_control.h"
 #include "router/fleet/prober.h"
 #include "router/fleet/spawned_tasks.h"
 
@@ -24,7 +24,7 @@ class FleetMonitor {
  public:
   // The loop and its probes run on `executor`; ticks are `tick` apart on the
   // prober's clock.
-  FleetMonitor(Fleet& fleet, Prober& prober, engines::Executor executor,
+  FleetMonitor(FleetControl& fleet, Prober& prober, engines::Executor executor,
                engines::MonoClock::duration tick = std::chrono::milliseconds(100));
   ~FleetMonitor();  // Stop()
   FleetMonitor(const FleetMonitor&) = delete;
@@ -41,7 +41,7 @@ class FleetMonitor {
  private:
   engines::Awaitable<void> Loop(engines::CancelToken* stop);
 
-  Fleet& fleet_;
+  FleetControl& fleet_;
   Prober& prober_;
   const engines::MonoClock::duration tick_;
   SpawnedTasks tasks_;

@@ -32,7 +32,7 @@
 #include "engines/engine_client.h"
 #include "router/common/clock.h"
 #include "router/common/settings.h"
-#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_control.h"
 
 namespace narwhal::router {
 
@@ -45,7 +45,7 @@ struct ProbeResult {
 class Prober {
  public:
   // The settings are the fleet's (Fleet::settings(): a reload changes them).
-  Prober(engines::AsyncEngineClient& client, Fleet& fleet, const Clock& clock)
+  Prober(engines::AsyncEngineClient& client, FleetControl& fleet, const Clock& clock)
       : client_(client), fleet_(fleet), clock_(clock) {}
 
   // Runs `task` and reports the result to the fleet.
@@ -83,7 +83,7 @@ class Prober {
   engines::LegOptions ProbeLeg(const std::string& suffix);
 
   engines::AsyncEngineClient& client_;
-  Fleet& fleet_;
+  FleetControl& fleet_;
   const Clock& clock_;
   std::atomic<long long> counter_{0};
 };

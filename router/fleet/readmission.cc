@@ -15,7 +15,8 @@ ReadmitPlan PlanReadmission(const EngineSnapshot& engine, bool contract_pinned) 
   return plan;
 }
 
-engines::Awaitable<absl::StatusOr<ReadmitResult>> ValidateAndReadmit(Fleet& fleet, Prober& prober,
+engines::Awaitable<absl::StatusOr<ReadmitResult>> ValidateAndReadmit(FleetAdmin& fleet,
+                                                                     Prober& prober,
                                                                      std::string iid,
                                                                      bool contract_pinned) {
   if (iid.empty()) co_return absl::InvalidArgumentError("iid is required");

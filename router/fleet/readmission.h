@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_admin.h"
 #include "router/fleet/prober.h"
 
 namespace narwhal::router {
@@ -36,7 +36,8 @@ struct ReadmitResult {
 // runs the probe) on the caller's loop. NOT_FOUND / INVALID_ARGUMENT for an unknown or empty iid;
 // FAILED_PRECONDITION (with the validation's outcome and detail) when the
 // validation did not pass.
-engines::Awaitable<absl::StatusOr<ReadmitResult>> ValidateAndReadmit(Fleet& fleet, Prober& prober,
+engines::Awaitable<absl::StatusOr<ReadmitResult>> ValidateAndReadmit(FleetAdmin& fleet,
+                                                                     Prober& prober,
                                                                      std::string iid,
                                                                      bool contract_pinned);
 

@@ -9,7 +9,7 @@
 
 namespace narwhal::router {
 
-StartupChecks::StartupChecks(Fleet& fleet, Prober& prober, engines::Executor executor,
+StartupChecks::StartupChecks(FleetControl& fleet, Prober& prober, engines::Executor executor,
                              engines::MonoClock::duration retry, size_t max_checkers)
     : fleet_(fleet),
       prober_(prober),

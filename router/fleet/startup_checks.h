@@ -31,7 +31,7 @@
 #include <string>
 
 #include "router/common/clock.h"
-#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_control.h"
 #include "router/fleet/prober.h"
 #include "router/fleet/spawned_tasks.h"
 
@@ -42,7 +42,7 @@ class StartupChecks {
   static constexpr size_t kMaxCheckers = 16;
 
   // The checks run on `executor`.
-  StartupChecks(Fleet& fleet, Prober& prober, engines::Executor executor,
+  StartupChecks(FleetControl& fleet, Prober& prober, engines::Executor executor,
                 engines::MonoClock::duration retry, size_t max_checkers = kMaxCheckers);
   ~StartupChecks();  // Stop()
   StartupChecks(const StartupChecks&) = delete;
@@ -76,7 +76,7 @@ class StartupChecks {
   // Reads the engine's max_model_len (/v1/models) into the fleet.
   engines::Awaitable<void> LearnModelLen(engines::EngineTarget target);
 
-  Fleet& fleet_;
+  FleetControl& fleet_;
   Prober& prober_;
   const Clock& clock_;
   const engines::MonoClock::duration retry_;

@@ -65,7 +65,7 @@ grpc::Status AdminService::Admit(grpc::CallbackServerContext* context) const {
 
 grpc::Status AdminService::Lookup(const std::string& iid, EngineSnapshot* out) const {
   if (iid.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "iid is required");
-  std::optional<EngineSnapshot> found = fleet_.Snapshot(iid);
+  std::optional<EngineSnapshot> found = fleet_.admin().Snapshot(iid);
   if (!found) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no engine " + iid);
   *out = std::move(*found);
   return grpc::Status::OK;
@@ -118,7 +118,7 @@ router::PreflightReport AdminService::Preflight(router::PairMode pairs,
     std::lock_guard<std::mutex> lock(mu_);
     last_report_ = std::move(proto);
   }
-  fleet_.Publish(router::PreflightEvent(report, trigger));
+  fleet_.admin().Publish(router::PreflightEvent(report, trigger));
   return report;
 }
 
@@ -126,8 +126,8 @@ grpc::Status AdminService::Readmit(const std::string& iid, pb::ReadmitEngineResp
   // The policy (which validation, which evidence) is the fleet's
   // (router/fleet/readmission.h); this maps its result.
   const bool pinned = settings_.engine_contract.has_value();
-  absl::StatusOr<router::ReadmitResult> r =
-      engines::RunBlocking(control_, router::ValidateAndReadmit(fleet_, prober_, iid, pinned));
+  absl::StatusOr<router::ReadmitResult> r = engines::RunBlocking(
+      control_, router::ValidateAndReadmit(fleet_.admin(), prober_, iid, pinned));
   if (!r.ok()) return ToGrpcStatus(r.status());
   EngineSnapshot after;
   if (grpc::Status found = Lookup(iid, &after); !found.ok()) return found;
@@ -149,7 +149,7 @@ grpc::ServerUnaryReactor* AdminService::ListEngines(grpc::CallbackServerContext*
                                                     const pb::ListEnginesRequest*,
                                                     pb::ListEnginesResponse* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
-  for (const EngineSnapshot& s : fleet_.Snapshot()) FillEngine(s, response->add_engines());
+  for (const EngineSnapshot& s : fleet_.admin().Snapshot()) FillEngine(s, response->add_engines());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -167,8 +167,8 @@ grpc::ServerUnaryReactor* AdminService::GetBreakers(grpc::CallbackServerContext*
                                                     const pb::GetBreakersRequest*,
                                                     pb::GetBreakersResponse* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
-  const std::vector<EngineSnapshot> snapshots = fleet_.Snapshot();
-  std::map<std::string, router::EngineEventCounts> counts = fleet_.EventCounts();
+  const std::vector<EngineSnapshot> snapshots = fleet_.admin().Snapshot();
+  std::map<std::string, router::EngineEventCounts> counts = fleet_.admin().EventCounts();
   for (const EngineSnapshot& s : snapshots) {
     FillBreakerEntry(s, counts[s.settings.iid], response->add_engines());
   }
@@ -183,7 +183,7 @@ grpc::ServerUnaryReactor* AdminService::ListQuarantine(grpc::CallbackServerConte
                                                        const pb::ListQuarantineRequest*,
                                                        pb::ListQuarantineResponse* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
-  for (const EngineSnapshot& s : fleet_.Snapshot()) {
+  for (const EngineSnapshot& s : fleet_.admin().Snapshot()) {
     if (s.hold_kind != router::HoldKind::kTimed) continue;
     FillQuarantine(s, response->add_engines());
   }
@@ -194,7 +194,7 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
                                                   const pb::ListLinksRequest* request,
                                                   pb::ListLinksResponse* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
-  for (const router::LinkSnapshot& l : fleet_.Links()) {
+  for (const router::LinkSnapshot& l : fleet_.admin().Links()) {
     if (request->held_only() && l.state != router::LinkState::kHeld) continue;
     FillLink(l, response->add_links());
   }
@@ -253,7 +253,7 @@ constexpr size_t kMaxReasonBytes = 1024;
 
 // FAILED_PRECONDITION when taking `iid` out would leave one of its roles with
 // no engine in placement (unless the operator forces it).
-grpc::Status LastOfARole(const router::Fleet& fleet, const std::string& iid, bool force,
+grpc::Status LastOfARole(const router::FleetAdmin& fleet, const std::string& iid, bool force,
                          const char* action) {
   if (force) return grpc::Status::OK;
   const std::string role = fleet.LastInPlacement(iid);
@@ -279,14 +279,14 @@ grpc::ServerUnaryReactor* AdminService::EjectEngine(grpc::CallbackServerContext*
                                   "reason is over " + std::to_string(kMaxReasonBytes) + " bytes"));
   }
   if (snapshot.state != PlacementState::kEjected) {
-    if (grpc::Status s = LastOfARole(fleet_, request->iid(), request->force(), "ejecting");
+    if (grpc::Status s = LastOfARole(fleet_.admin(), request->iid(), request->force(), "ejecting");
         !s.ok()) {
       return FinishNow(context, s);
     }
   }
   const std::string detail =
       request->reason().empty() ? "ejected by an operator" : engines::EngineText(request->reason());
-  if (absl::Status s = fleet_.Eject(request->iid(), detail); !s.ok()) {
+  if (absl::Status s = fleet_.admin().Eject(request->iid(), detail); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
   Lookup(request->iid(), &snapshot);
@@ -323,12 +323,12 @@ grpc::ServerUnaryReactor* AdminService::DrainEngine(grpc::CallbackServerContext*
   EngineSnapshot snapshot;
   if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
   if (snapshot.state != PlacementState::kDraining) {
-    if (grpc::Status s = LastOfARole(fleet_, request->iid(), request->force(), "draining");
+    if (grpc::Status s = LastOfARole(fleet_.admin(), request->iid(), request->force(), "draining");
         !s.ok()) {
       return FinishNow(context, s);
     }
   }
-  if (absl::Status s = fleet_.Drain(request->iid()); !s.ok()) {
+  if (absl::Status s = fleet_.admin().Drain(request->iid()); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
   Lookup(request->iid(), &snapshot);
@@ -342,7 +342,7 @@ grpc::ServerUnaryReactor* AdminService::ReleaseQuarantine(
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
   EngineSnapshot snapshot;
   if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
-  if (absl::Status s = fleet_.ReleaseQuarantine(request->iid()); !s.ok()) {
+  if (absl::Status s = fleet_.admin().ReleaseQuarantine(request->iid()); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
   Lookup(request->iid(), &snapshot);
@@ -371,12 +371,12 @@ grpc::ServerUnaryReactor* AdminService::AddEngine(grpc::CallbackServerContext* c
       RuntimeEngine(request->iid(), request->url(), request->role(), request->kv_engine_id());
   if (!engine.ok()) return FinishNow(context, ToGrpcStatus(engine.status()));
   std::vector<router::EngineSettings> members;
-  for (const EngineSnapshot& m : fleet_.Snapshot()) members.push_back(m.settings);
+  for (const EngineSnapshot& m : fleet_.admin().Snapshot()) members.push_back(m.settings);
   if (absl::Status s = UniqueEngineUrl(*engine, members); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
   const router::MemberSource admin{router::SourceKind::kAdmin, ""};
-  if (absl::Status s = fleet_.AddEngine(*engine, admin); !s.ok()) {
+  if (absl::Status s = fleet_.admin().AddEngine(*engine, admin); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
   EngineSnapshot snapshot;
@@ -392,7 +392,7 @@ grpc::ServerUnaryReactor* AdminService::RemoveEngine(grpc::CallbackServerContext
   EngineSnapshot snapshot;
   if (grpc::Status s = Lookup(request->iid(), &snapshot); !s.ok()) return FinishNow(context, s);
   const router::MemberSource admin{router::SourceKind::kAdmin, ""};
-  if (absl::Status s = fleet_.RemoveEngine(request->iid(), admin); !s.ok()) {
+  if (absl::Status s = fleet_.admin().RemoveEngine(request->iid(), admin); !s.ok()) {
     return FinishNow(context, ToGrpcStatus(s));
   }
   Lookup(request->iid(), &snapshot);  // draining, while its legs run

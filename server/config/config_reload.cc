@@ -24,8 +24,9 @@ std::vector<router::EngineSettings> FileEngines(const router::Settings& settings
 
 }  // namespace
 
-ConfigReloader::ConfigReloader(ConfigFile file, router::LiveSettings& live, router::Fleet& fleet,
-                               router::Metrics* metrics, Overrides overrides, Apply apply)
+ConfigReloader::ConfigReloader(ConfigFile file, router::LiveSettings& live,
+                               router::FleetAdmin& fleet, router::Metrics* metrics,
+                               Overrides overrides, Apply apply)
     : file_(std::move(file)),
       live_(live),
       fleet_(fleet),

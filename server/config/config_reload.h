@@ -27,7 +27,7 @@
 
 #include "router/common/live_settings.h"
 #include "router/common/metrics.h"
-#include "router/fleet/fleet.h"
+#include "router/fleet/fleet_admin.h"
 #include "server/admin/admin_service.h"
 #include "server/config/config_file.h"
 
@@ -43,7 +43,7 @@ class ConfigReloader {
 
   // `file` is the one start-up read (its content is the baseline the poll
   // compares with).
-  ConfigReloader(ConfigFile file, router::LiveSettings& live, router::Fleet& fleet,
+  ConfigReloader(ConfigFile file, router::LiveSettings& live, router::FleetAdmin& fleet,
                  router::Metrics* metrics, Overrides overrides, Apply apply);
   ~ConfigReloader();  // Stop()
   ConfigReloader(const ConfigReloader&) = delete;
@@ -66,7 +66,7 @@ class ConfigReloader {
 
   ConfigFile file_;
   router::LiveSettings& live_;
-  router::Fleet& fleet_;
+  router::FleetAdmin& fleet_;
   router::Metrics* metrics_;
   const Overrides overrides_;
   const Apply apply_;

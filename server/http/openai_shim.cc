@@ -255,7 +255,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   HttpResponse Metrics() {
-    fleet_.PublishAll();
+    fleet_.admin().PublishAll();
     if (before_scrape_) before_scrape_();
     HttpResponse response;
     response.result(http::status::ok);

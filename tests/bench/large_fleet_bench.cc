@@ -88,7 +88,7 @@ void BM_Scrape(benchmark::State& state) {
   Router router(static_cast<int>(state.range(0)));
   std::string text;
   for (auto _ : state) {
-    router.fleet->PublishAll();
+    router.fleet->admin().PublishAll();
     text = MetricsText(router.registry.Collect());
     benchmark::DoNotOptimize(text);
   }
@@ -99,7 +99,7 @@ void BM_ScrapeTextSerializer(benchmark::State& state) {
   Router router(static_cast<int>(state.range(0)));
   std::string text;
   for (auto _ : state) {
-    router.fleet->PublishAll();
+    router.fleet->admin().PublishAll();
     text = prometheus::TextSerializer().Serialize(router.registry.Collect());
     benchmark::DoNotOptimize(text);
   }
@@ -110,15 +110,16 @@ void BM_RecordSuccess(benchmark::State& state) {
   const int engines = static_cast<int>(state.range(0));
   Router router(engines);
   const std::string iid = "d" + std::to_string(engines - 1);
-  for (auto _ : state) router.fleet->RecordSuccess(iid, Success::kDecodeDone);
+  for (auto _ : state) router.fleet->control().RecordSuccess(iid, Success::kDecodeDone);
 }
 
 void BM_LivenessSweep(benchmark::State& state) {
   Router router(static_cast<int>(state.range(0)));
   size_t probes = 0;
   for (auto _ : state) {
-    const std::vector<ProbeTask> tasks = router.fleet->TakeDueProbes();
-    for (const ProbeTask& t : tasks) router.fleet->CompleteProbe(t, ProbeOutcome::kPassed, "ok");
+    const std::vector<ProbeTask> tasks = router.fleet->control().TakeDueProbes();
+    for (const ProbeTask& t : tasks)
+      router.fleet->control().CompleteProbe(t, ProbeOutcome::kPassed, "ok", "");
     probes += tasks.size();
   }
   state.counters["probes"] =

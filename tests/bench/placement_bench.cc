@@ -66,7 +66,7 @@ void BM_Decision(benchmark::State& state, const std::string& policy) {
     fleet.PickAndReserve(Phase::kPrefill, {}, "", &key);  // released at once
   }
   size_t indexed = 0;
-  for (const EngineSnapshot& s : fleet.Snapshot()) indexed += s.prefix_index_chunks;
+  for (const EngineSnapshot& s : fleet.admin().Snapshot()) indexed += s.prefix_index_chunks;
   uint64_t n = 0;
   for (auto _ : state) {
     const std::string& prefix = prefixes[(n * 7919) % kPrefixes];

@@ -167,12 +167,20 @@ class EngineAsyncioTest(unittest.TestCase):
         asyncio.run(self.prefill_client.aprefill(completion()))
         base_py, base_os = threading.active_count(), os_threads()
         samples = []
+        mid_stream = {"now": 0, "peak": 0}  # streams past their first chunk, not yet ended
 
         async def one(i):
             request = completion(prompt=f"narwhal number {i}", max_tokens=16)
             result = await self.prefill_client.aprefill(request)
             stream = await self.decode_client.adecode(result, request)
-            return text_of([chunk async for chunk in stream])
+            chunks = []
+            async for chunk in stream:
+                if not chunks:
+                    mid_stream["now"] += 1
+                    mid_stream["peak"] = max(mid_stream["peak"], mid_stream["now"])
+                chunks.append(chunk)
+            mid_stream["now"] -= 1
+            return text_of(chunks)
 
         async def sample(done):
             while not done.is_set():
@@ -197,12 +205,14 @@ class EngineAsyncioTest(unittest.TestCase):
         peak_os = max(s[1] for s in samples)
         print(f"\n{CONCURRENT} concurrent decodes in {elapsed:.2f}s: Python threads "
               f"{base_py} -> peak {peak_py}, OS threads {base_os} -> peak {peak_os}, "
-              f"worst loop lag {lag * 1000:.0f} ms")
+              f"worst loop lag {lag * 1000:.0f} ms, peak streams open {mid_stream['peak']}")
         self.assertEqual(peak_py, base_py, "no Python thread per leg")
         self.assertLessEqual(peak_os, base_os + 1, "no OS thread per leg")
-        # 16 tokens at 20 ms each is 0.32 s per stream: concurrent, not serial.
-        self.assertLess(elapsed, 10.0)
-        consumer_records = self.consumer.requests()
+        # Concurrent, not serial: one at a time would never have two streams
+        # open at once (a count, not a duration: the machine's pace does not
+        # decide it).
+        self.assertGreaterEqual(mid_stream["peak"], 10)
+        consumer_records = self.consumer.ended_requests()
         self.assertEqual(sum(r["end"] == "complete" for r in consumer_records), CONCURRENT)
 
 

@@ -74,7 +74,7 @@ class EngineClientTest(unittest.TestCase):
         self.assertEqual(prefill["body"]["kv_transfer_params"]["do_remote_decode"], True)
         # B4: the consumer got the original request, streaming, with the
         # descriptor verbatim and a fresh backend request id.
-        (decode,) = self.consumer.requests()
+        (decode,) = self.consumer.ended_requests()
         self.assertEqual(decode["phase"], "decode")
         self.assertEqual(decode["body"]["prompt"], PROMPT)
         self.assertEqual(decode["body"]["max_tokens"], 6)
@@ -128,7 +128,7 @@ class EngineClientTest(unittest.TestCase):
         copy["remote_block_ids"].append(7)
         self.assertEqual(result.parameters(), original)
         list(EngineClient(self.consumer.url).decode(result, request))
-        (decode,) = self.consumer.requests()
+        (decode,) = self.consumer.ended_requests()
         self.assertEqual(decode["body"]["kv_transfer_params"], original)
         self.assertEqual(decode["end"], "complete")
 
@@ -139,7 +139,7 @@ class EngineClientTest(unittest.TestCase):
         # the same engine: a same-worker decode.
         chunks = list(EngineClient(self.both.url + "/").decode(result, request))
         self.assertEqual(len(text_of(chunks).split()), 6)
-        prefill, decode = self.both.requests()
+        prefill, decode = self.both.ended_requests()
         self.assertEqual(prefill["body"]["kv_transfer_params"]["do_remote_decode"], True)
         self.assertEqual(decode["phase"], "decode")
         self.assertNotIn("kv_transfer_params", decode["body"],
@@ -154,7 +154,7 @@ class EngineClientTest(unittest.TestCase):
         self.assertEqual(response["object"], "text_completion")
         self.assertEqual(len(response["choices"][0]["text"].split()), 5)
         self.assertEqual(response["usage"]["completion_tokens"], 5)
-        (decode,) = self.consumer.requests()
+        (decode,) = self.consumer.ended_requests()
         self.assertEqual(decode["body"]["stream"], True, "the upstream leg always streams")
         self.assertEqual(decode["body"]["stream_options"], {"include_usage": True})
 

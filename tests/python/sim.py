@@ -89,6 +89,11 @@ class Sim:
     def kv(self) -> Dict[str, Any]:
         return self._call("GET", "/sim/kv")
 
+    def ended_requests(self, timeout_s: float = 5.0) -> List[Dict[str, Any]]:
+        """requests() once every one has ended: a client can read a stream's
+        last chunk before the engine has recorded how the stream ended."""
+        return self.wait_for(lambda rs: all(r.get("end") for r in rs), timeout_s)
+
     def wait_for(self, predicate, timeout_s: float = 5.0) -> List[Dict[str, Any]]:
         """Polls requests() until predicate(records) holds; returns them."""
         deadline = time.monotonic() + timeout_s

@@ -155,7 +155,7 @@ class ContextLimitRouterTest : public ::testing::Test {
 };
 
 TEST_F(ContextLimitRouterTest, OverTheLimitIsRefusedBeforeAnyPrefillAndCountedInvalid) {
-  fleet_->RecordMaxModelLen("d0", 4096);
+  fleet_->control().RecordMaxModelLen("d0", 4096);
   EXPECT_EQ(fleet_->max_model_len(), 4096);
   std::string rid;
   const Outcome o = Serve(Completion("hi", 5000), Api::kCompletions, &rid);
@@ -172,7 +172,7 @@ TEST_F(ContextLimitRouterTest, OverTheLimitIsRefusedBeforeAnyPrefillAndCountedIn
   EXPECT_EQ(row["terminal"], "invalid");
   EXPECT_EQ(row["reason"], "context_length_exceeded");
   // No breaker evidence: every engine still serving, no streak, no hold.
-  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
     EXPECT_EQ(s.state, PlacementState::kServing) << s.settings.iid;
     for (int v : s.streak) EXPECT_EQ(v, 0) << s.settings.iid;
   }
@@ -180,17 +180,16 @@ TEST_F(ContextLimitRouterTest, OverTheLimitIsRefusedBeforeAnyPrefillAndCountedIn
 }
 
 TEST_F(ContextLimitRouterTest, AChatOverTheLimitNamesItsMessages) {
-  fleet_->RecordMaxModelLen("d0", 4096);
-  const json chat = {{"model", "m"},
-                     {"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                     {"max_tokens", 5000}};
+  fleet_->control().RecordMaxModelLen("d0", 4096);
+  const json chat = {
+      {"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 5000}};
   const Outcome o = Serve(chat, Api::kChatCompletions);
   EXPECT_EQ(o.terminal, Terminal::kInvalid);
   EXPECT_EQ(o.param, "messages");
 }
 
 TEST_F(ContextLimitRouterTest, WithinTheLimitIsServed) {
-  fleet_->RecordMaxModelLen("d0", 4096);
+  fleet_->control().RecordMaxModelLen("d0", 4096);
   const Outcome o = Serve(Completion("hi", 8));
   EXPECT_EQ(o.terminal, Terminal::kCompleted);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
@@ -202,11 +201,11 @@ TEST_F(ContextLimitRouterTest, UnknownLimitLeavesTheJudgementToTheEngines) {
 }
 
 TEST_F(ContextLimitRouterTest, TheSmallestReportedLimitHolds) {
-  fleet_->RecordMaxModelLen("d0", 8192);
-  fleet_->RecordMaxModelLen("d1", 4096);
-  fleet_->RecordMaxModelLen("p0", 16384);
+  fleet_->control().RecordMaxModelLen("d0", 8192);
+  fleet_->control().RecordMaxModelLen("d1", 4096);
+  fleet_->control().RecordMaxModelLen("p0", 16384);
   EXPECT_EQ(fleet_->max_model_len(), 4096);
-  fleet_->RecordMaxModelLen("p1", 0);  // says nothing
+  fleet_->control().RecordMaxModelLen("p1", 0);  // says nothing
   EXPECT_EQ(fleet_->max_model_len(), 4096);
 }
 

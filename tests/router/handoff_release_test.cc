@@ -27,9 +27,9 @@
 #include "tests/fakes/edge_status.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
+#include "tests/fakes/test_engine.h"
 #include "tests/fakes/test_sink.h"
 #include "tests/router/test_util.h"
-#include "tests/fakes/test_engine.h"
 
 namespace narwhal::router {
 namespace {
@@ -245,7 +245,7 @@ TEST_F(HandoffReleaseTest, RejectSendsTheDescriptorUnderAnUnservedModel) {
   EXPECT_EQ(releases[0].body["model"], kReleaseRejectModel);
   EXPECT_EQ(releases[0].body["max_tokens"], 1);
   // A refusal asked for is not breaker evidence.
-  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
     for (int streak : s.streak) EXPECT_EQ(streak, 0) << s.settings.iid;
   }
 }
@@ -278,7 +278,7 @@ TEST_F(HandoffReleaseTest, HandoffPastTheLeaseIsNotReleased) {
 TEST_F(HandoffReleaseTest, NoConsumerAfterThePrefillCountsAndReleasesNothing) {
   Start();
   nt::PrefillStep step = nt::PrefillStep::Ok();
-  step.on_start = [this] { ASSERT_TRUE(fleet_->Eject("d0", "operator").ok()); };
+  step.on_start = [this] { ASSERT_TRUE(fleet_->admin().Eject("d0", "operator").ok()); };
   fake_.QueuePrefill(std::move(step));
   const Outcome o = Run(MakeRequest());
   EXPECT_EQ(nt::ReasonOf(o), "no_engine");
@@ -325,7 +325,7 @@ TEST_F(HandoffReleaseTest, AFailedReleaseIsNeverBreakerEvidence) {
   Start();
   RunCancelledAfterPrefill(nt::DecodeStep::Fail(nt::ConnectRefused()));
   ASSERT_TRUE(WaitReleases("failed", 1));
-  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
     EXPECT_EQ(s.state, PlacementState::kServing) << s.settings.iid;
     for (int streak : s.streak) EXPECT_EQ(streak, 0) << s.settings.iid;
   }
@@ -361,7 +361,7 @@ TEST_F(HandoffReleaseTest, ReleasesBeyondTheCapAreDroppedAndCounted) {
   router_.reset();
   EXPECT_EQ(Releases("cancelled"), 1);
   // Its reservation was returned.
-  for (const EngineSnapshot& s : fleet_->Snapshot()) EXPECT_EQ(s.inflight_decode, 0);
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) EXPECT_EQ(s.inflight_decode, 0);
 }
 
 }  // namespace

@@ -332,7 +332,7 @@ class FleetTest : public ::testing::Test {
   // The gauge as a scrape sees it: the fleet publishes the engines' load
   // (atomics the request path keeps) before every scrape.
   double Inflight(Fleet& fleet, const std::string& iid, const std::string& phase) {
-    fleet.PublishAll();
+    fleet.admin().PublishAll();
     return nt::MetricValue(registry_, "narwhal_engine_inflight", {{"iid", iid}, {"phase", phase}});
   }
 
@@ -362,7 +362,7 @@ TEST_F(FleetTest, B7_ReservationIsCountedAndReleasedOnce) {
     ASSERT_TRUE(a && b);
     EXPECT_NE(a->target().iid, b->target().iid);  // least loaded first
   }                                               // destructors release
-  for (const EngineSnapshot& s : fleet.Snapshot()) {
+  for (const EngineSnapshot& s : fleet.admin().Snapshot()) {
     EXPECT_EQ(s.inflight_prefill, 0);
     EXPECT_EQ(s.inflight_decode, 0);
   }
@@ -410,19 +410,19 @@ TEST_F(FleetTest, B17_EvidenceGoesToTheEvidenceEngineAndShowsInGauges) {
   f.iid = "d0";
   f.evidence_iid = "p1";  // an invalid continuation counts against the producer
   f.breaker_class = BreakerClass::kKvHandoff;
-  fleet.RecordFailure(f, "p1");
+  fleet.control().RecordFailure(f, "p1");
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_breaker_streak",
                             {{"iid", "p1"}, {"class", "kv_handoff"}}),
             1);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_breaker_streak",
                             {{"iid", "d0"}, {"class", "kv_handoff"}}),
             0);
-  fleet.RecordSuccess("p1", Success::kPrefillHandoff);
+  fleet.control().RecordSuccess("p1", Success::kPrefillHandoff);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_breaker_streak",
                             {{"iid", "p1"}, {"class", "kv_handoff"}}),
             0);
   f.breaker_class = BreakerClass::kNone;
-  fleet.RecordFailure(f, "p1");
+  fleet.control().RecordFailure(f, "p1");
   // Every engine exports a zero series for every class.
   for (const char* iid : {"p0", "p1", "d0", "d1"}) {
     for (const char* cls : {"connection", "timeout", "overload", "inference_status", "kv_handoff",
@@ -444,21 +444,23 @@ TEST_F(FleetTest, B15_QuarantineGaugeAndReadiness) {
   f.phase = engines::Phase::kPrefill;
   f.iid = f.evidence_iid = "p0";
   f.breaker_class = BreakerClass::kConnection;
-  fleet.RecordFailure(f);
-  EXPECT_EQ(fleet.Snapshot()[0].state, PlacementState::kQuarantined);
-  EXPECT_EQ(fleet.Snapshot()[0].hold_kind, HoldKind::kTimed);
+  fleet.control().RecordFailure(f, "");
+  EXPECT_EQ(fleet.admin().Snapshot()[0].state, PlacementState::kQuarantined);
+  EXPECT_EQ(fleet.admin().Snapshot()[0].hold_kind, HoldKind::kTimed);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_quarantined", {{"iid", "p0"}}), 1);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_in_placement", {{"iid", "p0"}}), 0);
   std::string why;
   EXPECT_FALSE(fleet.Ready(&why));  // no engine has passed a check yet
-  for (const EngineSettings& e : settings_.engines) fleet.RecordSuccess(e.iid, Success::kHealth);
+  for (const EngineSettings& e : settings_.engines)
+    fleet.control().RecordSuccess(e.iid, Success::kHealth);
   EXPECT_TRUE(fleet.Ready(&why)) << why;
   f.iid = f.evidence_iid = "p1";
-  fleet.RecordFailure(f);
-  EXPECT_EQ(fleet.Snapshot()[1].state, PlacementState::kServing);  // the last prefill engine
+  fleet.control().RecordFailure(f, "");
+  EXPECT_EQ(fleet.admin().Snapshot()[1].state,
+            PlacementState::kServing);  // the last prefill engine
   clock_.Advance(5s);
-  fleet.PublishAll();
-  EXPECT_EQ(fleet.Snapshot()[0].state, PlacementState::kServing);
+  fleet.admin().PublishAll();
+  EXPECT_EQ(fleet.admin().Snapshot()[0].state, PlacementState::kServing);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_quarantined", {{"iid", "p0"}}), 0);
   EXPECT_EQ(nt::MetricValue(registry_, "narwhal_engine_in_placement", {{"iid", "p0"}}), 1);
 }
@@ -478,16 +480,16 @@ TEST_F(FleetTest, ReadyWaitsForAnEngineOfEachRoleToPassACheck) {
   std::string why;
   EXPECT_FALSE(fleet.Ready(&why));
   EXPECT_EQ(why, "no engine of the prefill and decode roles has passed a health check yet");
-  EXPECT_FALSE(fleet.Checked("p0"));
-  fleet.RecordSuccess("p0", Success::kHealth);
-  EXPECT_TRUE(fleet.Checked("p0"));
+  EXPECT_FALSE(fleet.control().Checked("p0"));
+  fleet.control().RecordSuccess("p0", Success::kHealth);
+  EXPECT_TRUE(fleet.control().Checked("p0"));
   EXPECT_FALSE(fleet.Ready(&why));
   EXPECT_EQ(why, "no engine of the decode role has passed a health check yet");
   // An engine that answered a 4xx is alive but has not passed a check.
-  fleet.RecordSuccess("d0", Success::kEngineRejected);
+  fleet.control().RecordSuccess("d0", Success::kEngineRejected);
   EXPECT_FALSE(fleet.Ready(&why));
   // A served leg counts as a check.
-  fleet.RecordSuccess("d1", Success::kDecodeDone);
+  fleet.control().RecordSuccess("d1", Success::kDecodeDone);
   EXPECT_TRUE(fleet.Ready(&why)) << why;
 }
 

@@ -190,14 +190,14 @@ class RouterTest : public ::testing::Test {
 
   // As a scrape sees it: the fleet publishes its gauges first.
   double Metric(const std::string& name, const std::map<std::string, std::string>& labels = {}) {
-    if (fleet_ != nullptr) fleet_->PublishAll();
+    if (fleet_ != nullptr) fleet_->admin().PublishAll();
     return nt::MetricValue(registry_, name, labels);
   }
   double Streak(const std::string& iid, const std::string& cls) {
     return Metric("narwhal_engine_breaker_streak", {{"iid", iid}, {"class", cls}});
   }
   EngineSnapshot Snap(const std::string& iid) {
-    for (const EngineSnapshot& s : fleet_->Snapshot()) {
+    for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
       if (s.settings.iid == iid) return s;
     }
     ADD_FAILURE() << "no engine " << iid;
@@ -206,7 +206,7 @@ class RouterTest : public ::testing::Test {
 
   // B7: every reservation released, in the fleet and in the gauges.
   void ExpectNoReservations() {
-    for (const EngineSnapshot& s : fleet_->Snapshot()) {
+    for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
       EXPECT_EQ(s.inflight_prefill, 0) << s.settings.iid;
       EXPECT_EQ(s.inflight_decode, 0) << s.settings.iid;
       // Gauges exist only for the phases the engine's role runs.
@@ -1107,7 +1107,7 @@ TEST_F(RouterTest, B14_BackoffIsFullJitterWithinTheDoublingCeiling) {
 
 TEST_F(RouterTest, NoPrefillStartsWithoutAPlaceableConsumer) {
   Start();
-  ASSERT_TRUE(fleet_->Eject("d0", "operator test").ok());
+  ASSERT_TRUE(fleet_->admin().Eject("d0", "operator test").ok());
   std::string rid;
   Result r = Run(true, Api::kCompletions, &rid);
   EXPECT_EQ(nt::HttpStatus(r.outcome), 503);
@@ -1115,7 +1115,7 @@ TEST_F(RouterTest, NoPrefillStartsWithoutAPlaceableConsumer) {
   EXPECT_TRUE(fake_.prefill_calls().empty()) << "the handoff would have been abandoned";
   EXPECT_EQ(Row(rid)["reason"], "no_engine");
   // Back in placement, the same request runs both legs.
-  ASSERT_TRUE(fleet_->Readmit("d0", "operator test").ok());
+  ASSERT_TRUE(fleet_->admin().Readmit("d0", "operator test").ok());
   r = Run(true);
   EXPECT_EQ(nt::HttpStatus(r.outcome), 200);
   EXPECT_EQ(fake_.prefill_calls().size(), 1u);
@@ -1164,7 +1164,7 @@ TEST_F(RouterTest, B15_FailedEngineLeavesPlacementUntilTheQuarantineExpires) {
   }
 
   clock_.Advance(2s);  // 5 s after the failure
-  fleet_->PublishAll();
+  fleet_->admin().PublishAll();
   EXPECT_EQ(Snap(failed).state, PlacementState::kServing);
   EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", failed}}), 0);
   // Back in placement: it takes the next request, or — if that lands on the
@@ -1201,7 +1201,7 @@ TEST_F(RouterTest, B15_QuarantineOffByDefault) {
   Start();
   fake_.QueuePrefill(nt::PrefillStep::Fail(nt::ConnectionLost()));
   EXPECT_EQ(nt::HttpStatus(Run(true).outcome), 502);
-  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
     EXPECT_EQ(s.state, PlacementState::kServing) << s.settings.iid;
   }
 }
@@ -1316,7 +1316,7 @@ TEST_F(RouterTest, B17_ClientFaultsAreNoEvidence) {
   Run(true);
   fake_.QueueDecode(nt::DecodeStep::Fail(nt::RequestDeadline()));
   Run(true);
-  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
     for (int c = 0; c < engines::kBreakerClassCount; ++c) {
       EXPECT_EQ(s.streak[c], 0) << s.settings.iid << " class " << c;
     }
@@ -1352,7 +1352,7 @@ TEST_F(RouterTest, B19_CancelAbortsTheDecodeLegAndIsNeverRetried) {
   EXPECT_EQ(Metric("narwhal_requests_total",
                    {{"api", "completions"}, {"door", "http"}, {"terminal", "cancelled"}}),
             1);
-  for (const EngineSnapshot& s : fleet_->Snapshot()) {
+  for (const EngineSnapshot& s : fleet_->admin().Snapshot()) {
     for (int c = 0; c < engines::kBreakerClassCount; ++c) EXPECT_EQ(s.streak[c], 0);
   }
 }
@@ -1479,15 +1479,16 @@ TEST_F(RouterTest, B23_EngineThatLeavesMidLegIsHeldUntilTheLegEnds) {
   while (fake_.prefill_calls().empty()) std::this_thread::sleep_for(1ms);
   const std::string producer = fake_.prefill_calls()[0].target.iid;
   const MemberSource file{SourceKind::kFile, ""};
-  ASSERT_TRUE(fleet_->RemoveEngine(producer, file).ok());
+  ASSERT_TRUE(fleet_->admin().RemoveEngine(producer, file).ok());
   removed.set_value();
   // The prefill ended and released p0: it is gone from the fleet for good.
   const auto until = std::chrono::steady_clock::now() + 10s;
   bool gone = false;
   while (!gone && std::chrono::steady_clock::now() < until) {
-    fleet_->SweepLeaving();
+    fleet_->control().SweepLeaving();
     gone = true;
-    for (const EngineSnapshot& s : fleet_->Snapshot()) gone = gone && s.settings.iid != producer;
+    for (const EngineSnapshot& s : fleet_->admin().Snapshot())
+      gone = gone && s.settings.iid != producer;
     if (!gone) std::this_thread::sleep_for(1ms);
   }
   ASSERT_TRUE(gone);

@@ -101,7 +101,7 @@ class HttpDoorTest : public ::testing::Test {
     fleet_ = std::make_unique<router::Fleet>(settings_, *door_clock_, nullptr);
     // The fake engines are up: each passes its start-up check (readiness).
     for (const router::EngineSettings& e : settings_.engines) {
-      fleet_->RecordSuccess(e.iid, router::Success::kHealth);
+      fleet_->control().RecordSuccess(e.iid, router::Success::kHealth);
     }
     router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, *door_clock_, nullptr,
                                                journal_.get(), 7, &journal_status_);

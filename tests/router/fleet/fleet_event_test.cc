@@ -251,9 +251,9 @@ TEST(FleetEventCountsTest, FleetCountsEachPublishedEventOnceForBothOutputs) {
   Metrics metrics(registry);
   EventBus bus;
   Fleet fleet(settings, clock, &metrics, nullptr, &bus);
-  ASSERT_TRUE(fleet.Eject("p1", "maintenance").ok());
+  ASSERT_TRUE(fleet.admin().Eject("p1", "maintenance").ok());
   clock.Advance(std::chrono::seconds(5));
-  ASSERT_TRUE(fleet.Readmit("p1", "operator").ok());
+  ASSERT_TRUE(fleet.admin().Readmit("p1", "operator").ok());
 
   EXPECT_EQ(
       Metric(registry, "narwhal_engine_ejections_total", {{"iid", "p1"}, {"cause", "operator"}}),
@@ -261,7 +261,7 @@ TEST(FleetEventCountsTest, FleetCountsEachPublishedEventOnceForBothOutputs) {
   EXPECT_EQ(Metric(registry, "narwhal_engine_readmissions_total",
                    {{"iid", "p1"}, {"evidence", "operator"}}),
             1);
-  const std::map<std::string, EngineEventCounts> counts = fleet.EventCounts();
+  const std::map<std::string, EngineEventCounts> counts = fleet.admin().EventCounts();
   ASSERT_EQ(counts.count("p1"), 1u);
   EXPECT_EQ(counts.at("p1").ejections, 1);
   EXPECT_EQ(counts.at("p1").readmissions, 1);

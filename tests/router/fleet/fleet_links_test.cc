@@ -71,7 +71,7 @@ class FleetLinksTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, journal_.get(), &bus_);
     engines_ = std::make_unique<ScriptedEngines>(clock_, &clock_, kFirstToken);
-    prober_ = std::make_unique<router::Prober>(*engines_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(*engines_, fleet_->control(), clock_);
   }
 
   // A client decode of a handoff from `producer` on `consumer` that failed
@@ -86,14 +86,14 @@ class FleetLinksTest : public ::testing::Test {
     f.cause = engines::FailureCause::kStreamError;
     f.engine_status = 500;
     f.detail = "engine error 500: KV pull failed";
-    fleet_->RecordFailure(f, producer);
+    fleet_->control().RecordFailure(f, producer);
     clock_.Advance(0.1);
   }
   // A client decode that reached [DONE] (what the router reports).
   void Done(const std::string& producer, const std::string& consumer) {
-    fleet_->RecordSuccess(producer, Success::kPrefillHandoff);
-    fleet_->RecordSuccess(consumer, Success::kDecodeDone);
-    fleet_->RecordLinkSuccess(producer, consumer);
+    fleet_->control().RecordSuccess(producer, Success::kPrefillHandoff);
+    fleet_->control().RecordSuccess(consumer, Success::kDecodeDone);
+    fleet_->control().RecordLinkSuccess(producer, consumer);
     clock_.Advance(0.1);
   }
 
@@ -109,14 +109,14 @@ class FleetLinksTest : public ::testing::Test {
   }
 
   router::LinkSnapshot LinkOf(const std::string& producer, const std::string& consumer) {
-    for (const router::LinkSnapshot& l : fleet_->Links()) {
+    for (const router::LinkSnapshot& l : fleet_->admin().Links()) {
       if (l.producer == producer && l.consumer == consumer) return l;
     }
     ADD_FAILURE() << "no link " << producer << "->" << consumer;
     return {};
   }
 
-  PlacementState State(const std::string& iid) { return fleet_->Snapshot(iid)->state; }
+  PlacementState State(const std::string& iid) { return fleet_->admin().Snapshot(iid)->state; }
 
   // The value of one series, or -1 when it does not exist.
   double Metric(const std::string& family, const std::map<std::string, std::string>& labels) {
@@ -170,12 +170,12 @@ class FleetLinksTest : public ::testing::Test {
 // A link is kept once a crossed decode used it, and exported (1) only
 // while it is held: a fleet of 1,024 engines has a million pairs.
 TEST_F(FleetLinksTest, LinksAreKeptOnceUsedAndExportedOnlyWhileHeld) {
-  EXPECT_TRUE(fleet_->Links().empty());
+  EXPECT_TRUE(fleet_->admin().Links().empty());
   for (const std::string p : {"p0", "p1"}) {
     for (const std::string c : {"d0", "d1"}) EXPECT_EQ(Held(p, c), -1) << p << "->" << c;
   }
   ConcentratedFailures(3);
-  EXPECT_EQ(fleet_->Links().size(), 4u);
+  EXPECT_EQ(fleet_->admin().Links().size(), 4u);
   EXPECT_EQ(Held("p0", "d0"), 1);
   EXPECT_EQ(Held("p0", "d1"), -1);
   EXPECT_EQ(Held("d0", "p0"), -1);  // not a link
@@ -237,7 +237,7 @@ TEST_F(FleetLinksTest, AProducerFailingWithEveryConsumerHoldsNoLink) {
     Done("p1", "d0");
     Done("p1", "d1");
   }
-  for (const router::LinkSnapshot& l : fleet_->Links()) {
+  for (const router::LinkSnapshot& l : fleet_->admin().Links()) {
     EXPECT_EQ(l.state, LinkState::kServing) << l.producer << "->" << l.consumer;
   }
   EXPECT_EQ(LinkOf("p0", "d0").failures, 4);
@@ -256,16 +256,16 @@ TEST_F(FleetLinksTest, OnlyCrossedDecodeEvidenceCountsForALink) {
     f.breaker_class = BreakerClass::kInferenceStatus;
     f.iid = "p0";
     f.evidence_iid = "p0";
-    fleet_->RecordFailure(f, "p0");
+    fleet_->control().RecordFailure(f, "p0");
     EngineFailure g;  // the router's own verdict: no evidence at all
     g.phase = Phase::kDecode;
     g.reason = FailureReason::kHandoffExpired;
     g.breaker_class = BreakerClass::kNone;
     g.iid = "d0";
-    fleet_->RecordFailure(g, "p0");
+    fleet_->control().RecordFailure(g, "p0");
   }
   // No crossed decode went over p0->d0: there is no link to speak of.
-  for (const router::LinkSnapshot& l : fleet_->Links()) {
+  for (const router::LinkSnapshot& l : fleet_->admin().Links()) {
     EXPECT_FALSE(l.producer == "p0" && l.consumer == "d0");
     EXPECT_EQ(l.failures, 0) << l.producer << "->" << l.consumer;
   }
@@ -278,7 +278,7 @@ TEST_F(FleetLinksTest, ALinkProbeOverTheLinkReadmitsIt) {
   DecodeScript silent;
   silent.silent = true;
   engines_->SetDecode("d0", silent);
-  std::vector<LinkProbeTask> tasks = fleet_->TakeDueLinkProbes();
+  std::vector<LinkProbeTask> tasks = fleet_->control().TakeDueLinkProbes();
   ASSERT_EQ(tasks.size(), 1u);
   engines_->ClearCalls();
   loop_.Run(prober_->RunLink(tasks[0]));
@@ -291,13 +291,13 @@ TEST_F(FleetLinksTest, ALinkProbeOverTheLinkReadmitsIt) {
   EXPECT_EQ(decodes[0].handoff_producer, "p0");
   EXPECT_EQ(LinkOf("p0", "d0").state, LinkState::kHeld);
   EXPECT_EQ(LinkOf("p0", "d0").probe_failures, 1);
-  EXPECT_TRUE(fleet_->TakeDueLinkProbes().empty());  // backed off
+  EXPECT_TRUE(fleet_->control().TakeDueLinkProbes().empty());  // backed off
   EXPECT_EQ(Held("p0", "d0"), 1);
 
   // Fixed: the next probe passes and the link is back.
   engines_->SetDecode("d0", DecodeScript{});
   clock_.Advance(kInterval);
-  tasks = fleet_->TakeDueLinkProbes();
+  tasks = fleet_->control().TakeDueLinkProbes();
   ASSERT_EQ(tasks.size(), 1u);
   loop_.Run(prober_->RunLink(tasks[0]));
   const router::LinkSnapshot l = LinkOf("p0", "d0");
@@ -312,11 +312,11 @@ TEST_F(FleetLinksTest, ALinkProbeOverTheLinkReadmitsIt) {
 TEST_F(FleetLinksTest, AProbeWhoseProducerFailsIsInconclusive) {
   ConcentratedFailures(3);
   engines_->SetPrefill("p0", {Refused()});
-  std::vector<LinkProbeTask> tasks = fleet_->TakeDueLinkProbes();
+  std::vector<LinkProbeTask> tasks = fleet_->control().TakeDueLinkProbes();
   ASSERT_EQ(tasks.size(), 1u);
   const router::ProbeResult r = loop_.Run(prober_->ProbeLink(tasks[0]));
   EXPECT_EQ(r.outcome, router::ProbeOutcome::kInconclusive);
-  fleet_->CompleteLinkProbe(tasks[0], router::LinkProbeOutcome::kInconclusive, r.detail);
+  fleet_->control().CompleteLinkProbe(tasks[0], router::LinkProbeOutcome::kInconclusive, r.detail);
   EXPECT_EQ(LinkOf("p0", "d0").probe_failures, 0);
   EXPECT_EQ(LinkOf("p0", "d0").state, LinkState::kHeld);
   EXPECT_TRUE(engines_->calls("decode").empty());
@@ -344,14 +344,14 @@ class FleetRecomputeTest : public FleetLinksTest {
         "vllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} " +
         std::to_string(value) + "\n";
     engines_->SetControl("d0", "/metrics", r);
-    for (const router::RecomputeScrapeTask& t : fleet_->TakeDueRecomputeScrapes()) {
+    for (const router::RecomputeScrapeTask& t : fleet_->control().TakeDueRecomputeScrapes()) {
       loop_.Run(prober_->ScrapeRecompute(t));
     }
   }
   // A crossed decode p->c that reached [DONE] with no usage evidence.
   void QuietDone(const std::string& producer, const std::string& consumer) {
-    fleet_->RecomputeDecodeStarted(producer, consumer);
-    fleet_->RecomputeDecodeEnded(producer, consumer, false, false, "");
+    fleet_->control().RecomputeDecodeStarted(producer, consumer);
+    fleet_->control().RecomputeDecodeEnded(producer, consumer, false, false, "");
     Done(producer, consumer);
   }
 };
@@ -363,14 +363,14 @@ TEST_F(FleetRecomputeTest, EveryConsumerIsExportedAtZeroFromTheStart) {
 }
 
 TEST_F(FleetRecomputeTest, ScrapesRunOnTheMonitorCadenceOnFakeTime) {
-  EXPECT_EQ(fleet_->TakeDueRecomputeScrapes().size(), 2u);  // d0, d1
-  EXPECT_TRUE(fleet_->TakeDueRecomputeScrapes().empty());   // running
+  EXPECT_EQ(fleet_->control().TakeDueRecomputeScrapes().size(), 2u);  // d0, d1
+  EXPECT_TRUE(fleet_->control().TakeDueRecomputeScrapes().empty());   // running
   for (const std::string iid : {"d0", "d1"}) {
-    fleet_->CompleteRecomputeScrape({iid}, 0);
+    fleet_->control().CompleteRecomputeScrape({iid}, 0);
   }
-  EXPECT_TRUE(fleet_->TakeDueRecomputeScrapes().empty());  // not due yet
-  clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
-  EXPECT_EQ(fleet_->TakeDueRecomputeScrapes().size(), 2u);
+  EXPECT_TRUE(fleet_->control().TakeDueRecomputeScrapes().empty());  // not due yet
+  clock_.Advance(router::FleetControl::kRecomputeScrapeIntervalS);
+  EXPECT_EQ(fleet_->control().TakeDueRecomputeScrapes().size(), 2u);
 }
 
 TEST_F(FleetRecomputeTest, ACounterIncreaseIsCountedAndRepeatedOnesHoldTheLink) {
@@ -380,11 +380,11 @@ TEST_F(FleetRecomputeTest, ACounterIncreaseIsCountedAndRepeatedOnesHoldTheLink) 
     QuietDone("p0", "d0");  // a decode whose consumer did not use the KV cache
     Done("p0", "d1");
     Done("p1", "d1");
-    clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+    clock_.Advance(router::FleetControl::kRecomputeScrapeIntervalS);
     ScrapeAll(5 + k);
     EXPECT_EQ(Suspected("d0"), k);
     QuietDone("p1", "d0");  // d0 decodes p1's handoffs fine
-    clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+    clock_.Advance(router::FleetControl::kRecomputeScrapeIntervalS);
     ScrapeAll(5 + k);
   }
   EXPECT_EQ(Suspected("d1"), 0);
@@ -400,12 +400,13 @@ TEST_F(FleetRecomputeTest, ACounterIncreaseIsCountedAndRepeatedOnesHoldTheLink) 
 
 TEST_F(FleetRecomputeTest, UsageEvidenceIsCountedOnceWhenTheCounterRisesToo) {
   ScrapeAll(0);
-  fleet_->RecomputeDecodeStarted("p0", "d0");
-  fleet_->RecomputeDecodeEnded("p0", "d0", true, false, "cached_tokens 0 of 400 prompt tokens");
+  fleet_->control().RecomputeDecodeStarted("p0", "d0");
+  fleet_->control().RecomputeDecodeEnded("p0", "d0", true, false,
+                                         "cached_tokens 0 of 400 prompt tokens");
   EXPECT_EQ(Suspected("d0"), 1);
   EXPECT_EQ(LinkOf("p0", "d0").failures, 1);
   EXPECT_NE(LinkOf("p0", "d0").last_failure.find("cached_tokens 0 of 400"), std::string::npos);
-  clock_.Advance(router::Fleet::kRecomputeScrapeIntervalS);
+  clock_.Advance(router::FleetControl::kRecomputeScrapeIntervalS);
   ScrapeAll(1);  // the same failed transfer, seen on the engine
   EXPECT_EQ(Suspected("d0"), 1);
   EXPECT_EQ(LinkOf("p0", "d0").failures, 1);

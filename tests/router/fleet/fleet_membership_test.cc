@@ -59,18 +59,18 @@ class FleetMembershipTest : public ::testing::Test {
   void Build() {
     fleet_ = std::make_unique<Fleet>(settings_, clock_, &metrics_, nullptr, &bus_);
     engines_ = std::make_unique<nt::ScriptedEngines>(clock_, &clock_, kFirstToken);
-    prober_ = std::make_unique<Prober>(*engines_, *fleet_, clock_);
+    prober_ = std::make_unique<Prober>(*engines_, fleet_->control(), clock_);
   }
 
   // Runs every join check that is due; returns how many ran.
   int RunJoins() {
-    const std::vector<JoinTask> tasks = fleet_->TakeDueJoinChecks();
+    const std::vector<JoinTask> tasks = fleet_->control().TakeDueJoinChecks();
     for (const JoinTask& t : tasks) loop_.Run(prober_->RunJoin(t));
     return static_cast<int>(tasks.size());
   }
 
   std::optional<PlacementState> State(const std::string& iid) {
-    std::optional<EngineSnapshot> s = fleet_->Snapshot(iid);
+    std::optional<EngineSnapshot> s = fleet_->admin().Snapshot(iid);
     if (!s) return std::nullopt;
     return s->state;
   }
@@ -124,17 +124,17 @@ TEST_F(FleetMembershipTest, B23_LeavingWarnsWhenNoOtherEngineOfTheRoleIsInPlacem
   const MemberSource file{SourceKind::kFile, ""};
   // d1 still serves: d0 leaving takes no role out of placement.
   ::testing::internal::CaptureStderr();
-  ASSERT_TRUE(fleet_->RemoveEngine("d0", file).ok());
+  ASSERT_TRUE(fleet_->admin().RemoveEngine("d0", file).ok());
   std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(log.find("was the last engine in placement"), std::string::npos) << log;
   // d1 is a member but ejected: when d2 (the only one serving) leaves, the
   // decode role is out of placement, though a decode member is left.
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   ASSERT_EQ(RunJoins(), 1);
   ASSERT_EQ(State("d2"), PlacementState::kServing);
-  ASSERT_TRUE(fleet_->Eject("d1", "test").ok());
+  ASSERT_TRUE(fleet_->admin().Eject("d1", "test").ok());
   ::testing::internal::CaptureStderr();
-  ASSERT_TRUE(fleet_->RemoveEngine("d2", kAdmin).ok());
+  ASSERT_TRUE(fleet_->admin().RemoveEngine("d2", kAdmin).ok());
   log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("engine d2 was the last engine in placement for the decode role"),
             std::string::npos)
@@ -144,11 +144,11 @@ TEST_F(FleetMembershipTest, B23_LeavingWarnsWhenNoOtherEngineOfTheRoleIsInPlacem
 
 TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
   Build();
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   EXPECT_EQ(State("d2"), PlacementState::kJoining);
-  EXPECT_EQ(fleet_->Snapshot("d2")->source, "admin");
+  EXPECT_EQ(fleet_->admin().Snapshot("d2")->source, "admin");
   EXPECT_EQ(DecodePlacements(), (std::set<std::string>{"d0", "d1"}));
-  EXPECT_EQ(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).code(),
+  EXPECT_EQ(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).code(),
             absl::StatusCode::kAlreadyExists);
 
   ASSERT_EQ(RunJoins(), 1);
@@ -162,7 +162,7 @@ TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
   EXPECT_EQ(engines_->calls("decode", "d2")[0].handoff_producer, "p0");
 
   EXPECT_EQ(State("d2"), PlacementState::kServing);
-  EXPECT_TRUE(fleet_->Checked("d2"));
+  EXPECT_TRUE(fleet_->control().Checked("d2"));
   EXPECT_EQ(DecodePlacements(), (std::set<std::string>{"d0", "d1", "d2"}));
   EXPECT_EQ(Events("engine_joined", "d2"), 1);
   EXPECT_EQ(
@@ -172,12 +172,13 @@ TEST_F(FleetMembershipTest, B22_AJoiningEngineGetsNoLegUntilItsChecksPass) {
 TEST_F(FleetMembershipTest, B22_AFailingJoinerIsRetriedWithBackoffAndNeverPlaced) {
   Build();
   engines_->SetControl("d2", "/health", {0, "", "connection refused"});
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d2"), PlacementState::kJoining);
   EXPECT_EQ(Events("engine_join_failed", "d2"), 1);
-  EXPECT_NE(fleet_->Snapshot("d2")->explanation.find("connection refused"), std::string::npos)
-      << fleet_->Snapshot("d2")->explanation;
+  EXPECT_NE(fleet_->admin().Snapshot("d2")->explanation.find("connection refused"),
+            std::string::npos)
+      << fleet_->admin().Snapshot("d2")->explanation;
   EXPECT_EQ(RunJoins(), 0);  // not before readmit_interval_s
   clock_.Advance(kReadmitInterval);
   ASSERT_EQ(RunJoins(), 1);  // second failure: twice the interval next
@@ -201,17 +202,17 @@ TEST_F(FleetMembershipTest, B22_AJoinerThatFailsItsInferenceProbeStaysOut) {
   nt::DecodeScript silent;
   silent.silent = true;
   engines_->SetDecode("d2", silent);
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d2"), PlacementState::kJoining);
-  EXPECT_NE(fleet_->Snapshot("d2")->explanation.find("no first token"), std::string::npos)
-      << fleet_->Snapshot("d2")->explanation;
+  EXPECT_NE(fleet_->admin().Snapshot("d2")->explanation.find("no first token"), std::string::npos)
+      << fleet_->admin().Snapshot("d2")->explanation;
 }
 
 TEST_F(FleetMembershipTest, B22_WithoutJoinChecksAnEngineIsPlacedAtOnce) {
   settings_.membership.join_checks = false;
   Build();
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
   EXPECT_EQ(State("d2"), PlacementState::kServing);
   EXPECT_EQ(RunJoins(), 0);
   EXPECT_EQ(Events("engine_joined", "d2"), 1);
@@ -222,21 +223,21 @@ TEST_F(FleetMembershipTest, B23_ALeavingEngineFinishesItsLegsAndIsThenGone) {
   std::optional<Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg);
   ASSERT_EQ(leg->target().iid, "d0");
-  const MembershipChange change = fleet_->Reconcile(
+  const MembershipChange change = fleet_->admin().Reconcile(
       kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
   EXPECT_EQ(change.left, std::vector<std::string>{"d0"});
   // No new leg; listed as draining while its leg runs.
   EXPECT_EQ(DecodePlacements(), std::set<std::string>{"d1"});
   EXPECT_EQ(State("d0"), PlacementState::kLeaving);
-  EXPECT_EQ(fleet_->Snapshot("d0")->inflight_decode, 1);
+  EXPECT_EQ(fleet_->admin().Snapshot("d0")->inflight_decode, 1);
   EXPECT_EQ(Events("engine_left", "d0"), 1);
-  fleet_->SweepLeaving();
-  EXPECT_TRUE(fleet_->Snapshot("d0").has_value());
+  fleet_->control().SweepLeaving();
+  EXPECT_TRUE(fleet_->admin().Snapshot("d0").has_value());
   EXPECT_TRUE(HasSeries("narwhal_engine_breaker_streak", "d0"));
   // The leg ends: the engine is gone, and so are its series.
   leg->Release();
-  fleet_->SweepLeaving();
-  EXPECT_FALSE(fleet_->Snapshot("d0").has_value());
+  fleet_->control().SweepLeaving();
+  EXPECT_FALSE(fleet_->admin().Snapshot("d0").has_value());
   EXPECT_FALSE(HasSeries("narwhal_engine_breaker_streak", "d0"));
   EXPECT_FALSE(HasSeries("narwhal_engine_inflight", "d0"));
   EXPECT_FALSE(HasSeries("narwhal_attempt_failures_total", "d0"));
@@ -251,24 +252,25 @@ TEST_F(FleetMembershipTest, B23_LegsOutlastingTheDrainTimeoutAreCancelled) {
   std::optional<Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg);
   EngineRef d0 = leg->engine();
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
+  fleet_->admin().Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d1", Role::kDecode)});
   clock_.Advance(29.9);
-  fleet_->SweepLeaving();
+  fleet_->control().SweepLeaving();
   EXPECT_FALSE(d0->removed().cancelled());
   clock_.Advance(0.2);
-  fleet_->SweepLeaving();
+  fleet_->control().SweepLeaving();
   EXPECT_TRUE(d0->removed().cancelled());
-  EXPECT_NE(fleet_->Snapshot("d0")->explanation.find("cancelled"), std::string::npos);
+  EXPECT_NE(fleet_->admin().Snapshot("d0")->explanation.find("cancelled"), std::string::npos);
   leg->Release();
-  fleet_->SweepLeaving();
-  EXPECT_FALSE(fleet_->Snapshot("d0").has_value());
+  fleet_->control().SweepLeaving();
+  EXPECT_FALSE(fleet_->admin().Snapshot("d0").has_value());
 }
 
 TEST_F(FleetMembershipTest, B21_AnUnchangedEngineKeepsItsStateAndAChangedOneJoinsAgain) {
   Build();
-  ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
+  ASSERT_TRUE(fleet_->admin().Eject("d1", "maintenance").ok());
   // The same engines in another order, d0 with a new url.
-  const MembershipChange change = fleet_->Reconcile(
+  const MembershipChange change = fleet_->admin().Reconcile(
       kFile, {HostedEngine("d1", Role::kDecode), HostedEngine("d0", Role::kDecode, "d0-new"),
               HostedEngine("p0", Role::kPrefill)});
   EXPECT_TRUE(change.joined.empty());
@@ -276,7 +278,7 @@ TEST_F(FleetMembershipTest, B21_AnUnchangedEngineKeepsItsStateAndAChangedOneJoin
   EXPECT_EQ(change.changed, std::vector<std::string>{"d0"});
   EXPECT_EQ(State("d1"), PlacementState::kEjected);  // kept
   EXPECT_EQ(State("d0"), PlacementState::kJoining);  // a new incarnation
-  EXPECT_EQ(fleet_->Snapshot("d0")->settings.url, "http://d0-new.test:8000");
+  EXPECT_EQ(fleet_->admin().Snapshot("d0")->settings.url, "http://d0-new.test:8000");
 }
 
 TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutItsSuccessor) {
@@ -300,7 +302,7 @@ TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutIts
   old_success.failure.reset();
   old_success.decode_failed = false;
   old_success.decode_ok = true;
-  fleet_->Reconcile(
+  fleet_->admin().Reconcile(
       kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode, "d0-new"),
               HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
@@ -309,7 +311,7 @@ TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutIts
 
   // The old leg's failure is no evidence against the new d0.
   fleet_->Report(old_failure);
-  EXPECT_EQ(fleet_->Snapshot("d0")->streak[stream], 0);
+  EXPECT_EQ(fleet_->admin().Snapshot("d0")->streak[stream], 0);
   EXPECT_EQ(Events("engine_hold_started", "d0") + Events("engine_hold_suppressed", "d0"), 0);
 
   // The new incarnation's failures are, and an old leg's success does not
@@ -322,55 +324,62 @@ TEST_F(FleetMembershipTest, B21_WhatALegOfAnIncarnationThatLeftSaysIsNotAboutIts
   fleet_->Report(new_failure);
   fleet_->Report(old_success);
   fleet_->Report(new_failure);
-  EXPECT_EQ(fleet_->Snapshot("d0")->streak[stream], 2);
+  EXPECT_EQ(fleet_->admin().Snapshot("d0")->streak[stream], 2);
   leg->Release();
   prefill->Release();
 }
 
 TEST_F(FleetMembershipTest, B21_AnEngineReturningWithinRememberSResumesItsBreakerState) {
   Build();
-  ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
-  fleet_->SweepLeaving();
-  ASSERT_FALSE(fleet_->Snapshot("d1").has_value());
+  ASSERT_TRUE(fleet_->admin().Eject("d1", "maintenance").ok());
+  fleet_->admin().Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
+  fleet_->control().SweepLeaving();
+  ASSERT_FALSE(fleet_->admin().Snapshot("d1").has_value());
   clock_.Advance(60);
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
-                            HostedEngine("d1", Role::kDecode)});
+  fleet_->admin().Reconcile(kFile,
+                            {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
+                             HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
   // Joined, and still ejected until a probe (here: the operator) readmits it.
   EXPECT_EQ(State("d1"), PlacementState::kEjected);
-  EXPECT_EQ(fleet_->Snapshot("d1")->ejection_cause, EjectCause::kOperator);
+  EXPECT_EQ(fleet_->admin().Snapshot("d1")->ejection_cause, EjectCause::kOperator);
 
   // After remember_s it starts afresh.
-  ASSERT_TRUE(fleet_->Eject("d1", "again").ok());
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
-  fleet_->SweepLeaving();
+  ASSERT_TRUE(fleet_->admin().Eject("d1", "again").ok());
+  fleet_->admin().Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
+  fleet_->control().SweepLeaving();
   clock_.Advance(601);
-  fleet_->SweepLeaving();
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
-                            HostedEngine("d1", Role::kDecode)});
+  fleet_->control().SweepLeaving();
+  fleet_->admin().Reconcile(kFile,
+                            {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode),
+                             HostedEngine("d1", Role::kDecode)});
   ASSERT_EQ(RunJoins(), 1);
   EXPECT_EQ(State("d1"), PlacementState::kServing);
 }
 
 TEST_F(FleetMembershipTest, B25_RemoveEngineOnlyForItsOwnSource) {
   Build();
-  EXPECT_EQ(fleet_->RemoveEngine("d0", kAdmin).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(fleet_->RemoveEngine("x9", kAdmin).code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
-  EXPECT_TRUE(fleet_->RemoveEngine("d2", kAdmin).ok());
+  EXPECT_EQ(fleet_->admin().RemoveEngine("d0", kAdmin).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fleet_->admin().RemoveEngine("x9", kAdmin).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  EXPECT_TRUE(fleet_->admin().RemoveEngine("d2", kAdmin).ok());
   EXPECT_EQ(State("d2"), PlacementState::kLeaving);
   // A reload of the file leaves runtime engines alone.
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d3", Role::kDecode), kAdmin).ok());
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d3", Role::kDecode), kAdmin).ok());
+  fleet_->admin().Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
   EXPECT_EQ(State("d3"), PlacementState::kJoining);
   EXPECT_EQ(State("d1"), PlacementState::kLeaving);
 }
 
 TEST_F(FleetMembershipTest, FleetEnginesGaugeCountsEveryState) {
   Build();
-  ASSERT_TRUE(fleet_->AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
-  fleet_->Reconcile(kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
+  ASSERT_TRUE(fleet_->admin().AddEngine(HostedEngine("d2", Role::kDecode), kAdmin).ok());
+  fleet_->admin().Reconcile(
+      kFile, {HostedEngine("p0", Role::kPrefill), HostedEngine("d0", Role::kDecode)});
   auto gauge = [&](const std::string& role, const std::string& state) {
     return nt::MetricValue(registry_, "narwhal_fleet_engines", {{"role", role}, {"state", state}});
   };
@@ -378,7 +387,7 @@ TEST_F(FleetMembershipTest, FleetEnginesGaugeCountsEveryState) {
   EXPECT_EQ(gauge("decode", "joining"), 1);   // d2
   EXPECT_EQ(gauge("decode", "draining"), 1);  // d1, leaving
   EXPECT_EQ(gauge("prefill", "serving"), 1);
-  fleet_->SweepLeaving();
+  fleet_->control().SweepLeaving();
   EXPECT_EQ(gauge("decode", "draining"), 0);
 }
 

@@ -78,7 +78,7 @@ class FleetProberTest : public ::testing::Test {
     journal_ = std::move(*journal);
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, journal_.get(), &bus_);
     engines_ = std::make_unique<ScriptedEngines>(clock_, &clock_, kFirstToken);
-    prober_ = std::make_unique<router::Prober>(*engines_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(*engines_, fleet_->control(), clock_);
   }
 
   // `n` failures of a client decode leg on `iid` (its producer `producer`).
@@ -92,7 +92,7 @@ class FleetProberTest : public ::testing::Test {
       f.evidence_iid = iid;
       f.cause = engines::FailureCause::kFirstTokenTimeout;
       f.detail = "no first token within 0.75s: no frames at all";
-      fleet_->RecordFailure(f, producer);
+      fleet_->control().RecordFailure(f, producer);
     }
   }
 
@@ -108,15 +108,15 @@ class FleetProberTest : public ::testing::Test {
       f.evidence_iid = producer;
       f.cause = engines::FailureCause::kInvalidContinuation;
       f.detail = "invalid continuation: remote_engine_id missing";
-      fleet_->RecordFailure(f, producer);
+      fleet_->control().RecordFailure(f, producer);
     }
   }
 
-  PlacementState State(const std::string& iid) { return fleet_->Snapshot(iid)->state; }
+  PlacementState State(const std::string& iid) { return fleet_->admin().Snapshot(iid)->state; }
 
   // Takes the due probes and expects exactly one, for `iid`, of `kind`.
   ProbeTask TakeOne(const std::string& iid, ProbeKind kind) {
-    const std::vector<ProbeTask> tasks = fleet_->TakeDueProbes();
+    const std::vector<ProbeTask> tasks = fleet_->control().TakeDueProbes();
     EXPECT_EQ(tasks.size(), 1u);
     if (tasks.empty()) return ProbeTask{};
     EXPECT_EQ(tasks[0].iid, iid);
@@ -275,7 +275,7 @@ TEST_F(FleetProberTest, NoProducerAtAllIsInconclusiveAndKeepsTheHold) {
   EXPECT_EQ(probes[3]["outcome"], "inconclusive");
   EXPECT_EQ(probes[3]["detail"], "no producer could make a handoff");
   // Back on the normal cadence.
-  EXPECT_TRUE(fleet_->TakeDueProbes().empty());
+  EXPECT_TRUE(fleet_->control().TakeDueProbes().empty());
   clock_.Advance(kInterval);
   TakeOne("d0", ProbeKind::kInference);
 }
@@ -283,7 +283,7 @@ TEST_F(FleetProberTest, NoProducerAtAllIsInconclusiveAndKeepsTheHold) {
 TEST_F(FleetProberTest, RecordedProducerOutOfPlacementIsSkipped) {
   Build();
   FailDecode("d0", BreakerClass::kStream, 3, "p1");
-  ASSERT_TRUE(fleet_->Eject("p1", "maintenance").ok());
+  ASSERT_TRUE(fleet_->admin().Eject("p1", "maintenance").ok());
   loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   const std::vector<Call> prefills = engines_->calls("prefill");
   ASSERT_EQ(prefills.size(), 1u);
@@ -337,7 +337,7 @@ TEST_F(FleetProberTest, FailedProbeEjectsACoveredDecodeEngineAndItsNextProbeRead
   // probe, again with the original producer's fresh handoff.
   engines_->SetDecode("d0", DecodeScript{});
   engines_->ClearCalls();
-  EXPECT_TRUE(fleet_->TakeDueProbes().empty());
+  EXPECT_TRUE(fleet_->control().TakeDueProbes().empty());
   clock_.Advance(kInterval);
   loop_.Run(prober_->Run(TakeOne("d0", ProbeKind::kInference)));
   ASSERT_EQ(engines_->calls("prefill").size(), 1u);
@@ -358,7 +358,7 @@ TEST_F(FleetProberTest, FailedProbeOfTheLastDecodeEngineEndsTheHoldUncovered) {
   const ProbeTask task = TakeOne("d0", ProbeKind::kInference);
   // While the probe runs the other decode engine is drained: d0 is now the
   // last decode engine, so its hold ends at once ...
-  ASSERT_TRUE(fleet_->Drain("d1").ok());
+  ASSERT_TRUE(fleet_->admin().Drain("d1").ok());
   EXPECT_EQ(State("d0"), PlacementState::kServing);
   // ... and the failing probe does not take it out either.
   loop_.Run(prober_->Run(task));
@@ -534,13 +534,13 @@ TEST_F(FleetProberTest, LivenessSweepsEjectAfterConsecutiveMisses) {
   Build();
   engines_->SetControl("d1", "/health", {0, "", "connection refused"});
   for (int sweep = 1; sweep <= 2; ++sweep) {
-    const std::vector<ProbeTask> tasks = fleet_->TakeDueProbes();
+    const std::vector<ProbeTask> tasks = fleet_->control().TakeDueProbes();
     ASSERT_EQ(tasks.size(), 4u) << sweep;
     for (const ProbeTask& t : tasks) {
       EXPECT_EQ(t.kind, ProbeKind::kLiveness);
       loop_.Run(prober_->Run(t));
     }
-    EXPECT_TRUE(fleet_->TakeDueProbes().empty());
+    EXPECT_TRUE(fleet_->control().TakeDueProbes().empty());
     EXPECT_EQ(State("d1"), sweep < 2 ? PlacementState::kServing : PlacementState::kEjected);
     clock_.Advance(5);
   }
@@ -568,7 +568,7 @@ TEST_F(FleetProberTest, LivenessSkipsEnginesWithLegsInFlight) {
   std::optional<router::Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg.has_value());
   std::vector<std::string> swept;
-  for (const ProbeTask& t : fleet_->TakeDueProbes()) swept.push_back(t.iid);
+  for (const ProbeTask& t : fleet_->control().TakeDueProbes()) swept.push_back(t.iid);
   EXPECT_EQ(swept, std::vector<std::string>({"p0", "p1", "d1"}));
 }
 
@@ -584,7 +584,7 @@ TEST_F(FleetProberTest, QuarantineIsPublishedAndExpiresOnTheMonitorsPass) {
   std::optional<router::Fleet::Reservation> leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
   EXPECT_FALSE(leg.has_value());  // d0 takes nothing
   clock_.Advance(1);
-  EXPECT_TRUE(fleet_->TakeDueProbes().empty());
+  EXPECT_TRUE(fleet_->control().TakeDueProbes().empty());
   EXPECT_EQ(Events("engine_hold_ended", "d0").at(0)["cause"], "expired");
   EXPECT_EQ(Metric("narwhal_engine_quarantined", {{"iid", "d0"}}), 0);
   leg = fleet_->PickAndReserve(Phase::kDecode, {"d1"});
@@ -605,7 +605,7 @@ TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealt
 
   // The sweep: health checks for the others, an inference verification
   // (a prefill on the recorded producer, a decode on d0) for d0.
-  std::vector<ProbeTask> tasks = fleet_->TakeDueProbes();
+  std::vector<ProbeTask> tasks = fleet_->control().TakeDueProbes();
   ASSERT_EQ(tasks.size(), 4u);
   for (const ProbeTask& t : tasks) {
     const std::string iid = t.iid;
@@ -626,7 +626,7 @@ TEST_F(FleetProberTest, B15_StreamQuarantineIsLiftedByAVerificationNeverByAHealt
   // Once d0 streams again, the next sweep's verification ends it early.
   engines_->SetDecode("d0", DecodeScript{});
   clock_.Advance(5);
-  tasks = fleet_->TakeDueProbes();
+  tasks = fleet_->control().TakeDueProbes();
   ASSERT_EQ(tasks.size(), 4u);
   for (const ProbeTask& t : tasks) loop_.Run(prober_->Run(t));
   EXPECT_EQ(State("d0"), PlacementState::kServing);
@@ -643,7 +643,7 @@ TEST_F(FleetProberTest, TimeoutQuarantineStillEndsOnAHealthySweep) {
   Build();
   FailDecode("d0", BreakerClass::kTimeout, 1, "p1");
   ASSERT_EQ(State("d0"), PlacementState::kQuarantined);
-  for (const ProbeTask& t : fleet_->TakeDueProbes()) {
+  for (const ProbeTask& t : fleet_->control().TakeDueProbes()) {
     EXPECT_EQ(t.kind, ProbeKind::kLiveness);
     loop_.Run(prober_->Run(t));
   }
@@ -663,11 +663,11 @@ TEST_F(FleetProberTest, WholeWaveEjectionMakesTheFleetUnready) {
   EXPECT_EQ(why, "whole-wave hold: engine d1 is ejected (connection)");
   EXPECT_FALSE(fleet_->PickAndReserve(Phase::kPrefill, {}).has_value());
   EXPECT_FALSE(fleet_->PickAndReserve(Phase::kDecode, {}).has_value());
-  EXPECT_EQ(fleet_->Snapshot()[0].explanation, why);
-  ASSERT_TRUE(fleet_->Readmit("d1", "health").ok());
+  EXPECT_EQ(fleet_->admin().Snapshot()[0].explanation, why);
+  ASSERT_TRUE(fleet_->admin().Readmit("d1", "health").ok());
   // Readmitted d1 passed a check; readiness waits for the prefill role too.
   EXPECT_FALSE(fleet_->Ready(&why));
-  fleet_->RecordSuccess("p0", router::Success::kHealth);
+  fleet_->control().RecordSuccess("p0", router::Success::kHealth);
   EXPECT_TRUE(fleet_->Ready(&why)) << why;
   EXPECT_TRUE(fleet_->PickAndReserve(Phase::kPrefill, {}).has_value());
 }
@@ -696,7 +696,8 @@ TEST_F(FleetProberTest, WholeWaveGaugesFollowTheProbeThatEndsIt) {
 // it runs nothing until the clock moves, and a stop ends it at once.
 TEST_F(FleetProberTest, MonitorRunsDueProbesOnTheClockAndCanBeRestarted) {
   Build();
-  router::FleetMonitor monitor(*fleet_, *prober_, loop_.executor(), std::chrono::milliseconds(5));
+  router::FleetMonitor monitor(fleet_->control(), *prober_, loop_.executor(),
+                               std::chrono::milliseconds(5));
   const auto tick_until_serving = [&](const std::string& iid) {
     for (int k = 0; k < 200 && State(iid) != PlacementState::kServing; ++k) {
       clock_.Advance(0.005);

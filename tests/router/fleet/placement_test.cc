@@ -15,8 +15,8 @@
 #include "router/fleet/fleet.h"
 #include "router/fleet/prefix_index.h"
 #include "tests/fakes/fake_clock.h"
-#include "tests/router/test_util.h"
 #include "tests/fakes/test_engine.h"
+#include "tests/router/test_util.h"
 
 namespace narwhal::router {
 namespace {
@@ -178,7 +178,7 @@ class FleetPlacementTest : public ::testing::Test {
                            {{"phase", phase}, {"reason", reason}});
   }
   size_t IndexChunks(Fleet& fleet, const std::string& iid) {
-    for (const EngineSnapshot& s : fleet.Snapshot()) {
+    for (const EngineSnapshot& s : fleet.admin().Snapshot()) {
       if (s.settings.iid == iid) return s.prefix_index_chunks;
     }
     return 0;
@@ -301,18 +301,18 @@ TEST_F(FleetPlacementTest, BreakerStateAlwaysWinsOverAffinity) {
   f.phase = Phase::kPrefill;
   f.iid = f.evidence_iid = home;
   f.breaker_class = BreakerClass::kStream;  // an inference hold at eject_after 1
-  fleet.RecordFailure(f);
-  ASSERT_NE(fleet.Snapshot()[home == "p0" ? 0 : 1].state, PlacementState::kServing);
+  fleet.control().RecordFailure(f, "");
+  ASSERT_NE(fleet.admin().Snapshot()[home == "p0" ? 0 : 1].state, PlacementState::kServing);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(Place(fleet, a, &info), other);
     EXPECT_NE(info.reason, PlacementReason::kImbalance);
   }
   // Drained: the same.
-  ASSERT_TRUE(fleet.Readmit(home, "operator").ok());
-  ASSERT_TRUE(fleet.Drain(home).ok());
+  ASSERT_TRUE(fleet.admin().Readmit(home, "operator").ok());
+  ASSERT_TRUE(fleet.admin().Drain(home).ok());
   EXPECT_EQ(Place(fleet, a, &info), other);
   // Excluded by the request (an engine that failed it): the same.
-  ASSERT_TRUE(fleet.Readmit(home, "operator").ok());
+  ASSERT_TRUE(fleet.admin().Readmit(home, "operator").ok());
   EXPECT_EQ(Place(fleet, a, &info, nullptr, {home}), other);
   EXPECT_EQ(Place(fleet, a, &info, nullptr, {home, other}), "");
 }
@@ -323,9 +323,9 @@ TEST_F(FleetPlacementTest, AnEjectedEngineLosesItsIndex) {
   const std::string home = Place(fleet, a);
   Place(fleet, Prompt("beta", 20));  // the other engine
   EXPECT_EQ(IndexChunks(fleet, home), 20u);
-  ASSERT_TRUE(fleet.Eject(home, "restarted").ok());
+  ASSERT_TRUE(fleet.admin().Eject(home, "restarted").ok());
   EXPECT_EQ(IndexChunks(fleet, home), 0u);
-  ASSERT_TRUE(fleet.Readmit(home, "operator").ok());
+  ASSERT_TRUE(fleet.admin().Readmit(home, "operator").ok());
   // Its cache is gone: the prompt no longer matches it. The other engine
   // matches nothing for it either, so least loaded (smaller index) places it.
   PlacementInfo info;
@@ -348,7 +348,7 @@ TEST_F(FleetPlacementTest, DecodeCountsLegsReservedWhilePrefillsRun) {
   }
   EXPECT_EQ(per_consumer["d0"], 2);
   EXPECT_EQ(per_consumer["d1"], 2);
-  for (const EngineSnapshot& s : fleet.Snapshot()) {
+  for (const EngineSnapshot& s : fleet.admin().Snapshot()) {
     if (s.settings.iid[0] != 'd') continue;
     EXPECT_EQ(s.reserved_decode, 2);
     EXPECT_EQ(s.inflight_decode, 0);  // reserved, not running
@@ -363,12 +363,12 @@ TEST_F(FleetPlacementTest, DecodeCountsLegsReservedWhilePrefillsRun) {
   // Activation turns a reservation into a running leg.
   ASSERT_TRUE(fleet.Activate(planned[0], {}));
   const std::string active = planned[0].target().iid;
-  fleet.PublishAll();  // as before a scrape
+  fleet.admin().PublishAll();  // as before a scrape
   EXPECT_EQ(
       nt::MetricValue(registry_, "narwhal_engine_inflight", {{"iid", active}, {"phase", "decode"}}),
       active == "d1" ? 2 : 1);
   // A reservation whose consumer left placement is released, not activated.
-  ASSERT_TRUE(fleet.Drain("d0").ok());
+  ASSERT_TRUE(fleet.admin().Drain("d0").ok());
   Fleet::Reservation* on_d0 = nullptr;
   for (auto& r : planned) {
     if (r && r.target().iid == "d0" && &r != &planned[0]) on_d0 = &r;
@@ -380,7 +380,7 @@ TEST_F(FleetPlacementTest, DecodeCountsLegsReservedWhilePrefillsRun) {
   planned.clear();
   extra.reset();
   direct.reset();
-  for (const EngineSnapshot& s : fleet.Snapshot()) {
+  for (const EngineSnapshot& s : fleet.admin().Snapshot()) {
     EXPECT_EQ(s.reserved_decode, 0) << s.settings.iid;
     EXPECT_EQ(s.inflight_decode, 0) << s.settings.iid;
   }

@@ -50,10 +50,10 @@ class ReadmissionTest : public ::testing::Test {
   void Build() {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, nullptr, &bus_);
     engines_ = std::make_unique<ScriptedEngines>(clock_, &clock_, 0.75);
-    prober_ = std::make_unique<router::Prober>(*engines_, *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(*engines_, fleet_->control(), clock_);
   }
 
-  router::EngineSnapshot Snapshot(const std::string& iid) { return *fleet_->Snapshot(iid); }
+  router::EngineSnapshot Snapshot(const std::string& iid) { return *fleet_->admin().Snapshot(iid); }
 
   void HoldOnStreamEvidence(const std::string& iid) {
     for (int k = 0; k < 3; ++k) {
@@ -63,12 +63,12 @@ class ReadmissionTest : public ::testing::Test {
       f.breaker_class = BreakerClass::kStream;
       f.iid = f.evidence_iid = iid;
       f.detail = "stream ended before the [DONE] terminator";
-      fleet_->RecordFailure(f, "p0");
+      fleet_->control().RecordFailure(f, "p0");
     }
   }
 
   absl::StatusOr<router::ReadmitResult> ValidateAndReadmitNow(const std::string& iid, bool pinned) {
-    return loop_.Run(router::ValidateAndReadmit(*fleet_, *prober_, iid, pinned));
+    return loop_.Run(router::ValidateAndReadmit(fleet_->admin(), *prober_, iid, pinned));
   }
 
   std::vector<json> BusEvents(const std::string& kind) {
@@ -129,7 +129,7 @@ TEST_F(ReadmissionTest, UnknownOrEmptyIidIsRefused) {
 
 TEST_F(ReadmissionTest, EjectedEngineReturnsThroughAHealthCheck) {
   Build();
-  ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
+  ASSERT_TRUE(fleet_->admin().Eject("d1", "maintenance").ok());
   clock_.Advance(30);
   absl::StatusOr<router::ReadmitResult> r = ValidateAndReadmitNow("d1", false);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -140,8 +140,8 @@ TEST_F(ReadmissionTest, EjectedEngineReturnsThroughAHealthCheck) {
   ASSERT_EQ(engines_->calls("control").size(), 2u);
   EXPECT_EQ(engines_->calls("control")[0].path, "GET /health");
   EXPECT_EQ(engines_->calls("control")[1].path, "GET /v1/models");
-  EXPECT_EQ(fleet_->EventCounts()["d1"].readmissions, 1);
-  EXPECT_EQ(fleet_->EventCounts()["d1"].last_readmission_evidence, "health");
+  EXPECT_EQ(fleet_->admin().EventCounts()["d1"].readmissions, 1);
+  EXPECT_EQ(fleet_->admin().EventCounts()["d1"].last_readmission_evidence, "health");
   const std::vector<json> readmitted = BusEvents("engine_readmitted");
   ASSERT_EQ(readmitted.size(), 1u);
   EXPECT_EQ(readmitted[0]["evidence"], "health");
@@ -149,7 +149,7 @@ TEST_F(ReadmissionTest, EjectedEngineReturnsThroughAHealthCheck) {
 
 TEST_F(ReadmissionTest, FailedValidationRefusesAndPublishesWhy) {
   Build();
-  ASSERT_TRUE(fleet_->Eject("d1", "maintenance").ok());
+  ASSERT_TRUE(fleet_->admin().Eject("d1", "maintenance").ok());
   engines_->SetControl("d1", "/health", {0, "", "connection refused"});
   absl::StatusOr<router::ReadmitResult> r = ValidateAndReadmitNow("d1", false);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -165,7 +165,7 @@ TEST_F(ReadmissionTest, FailedValidationRefusesAndPublishesWhy) {
   EXPECT_EQ(refused[0]["outcome"], "failed");
   EXPECT_TRUE(refused[0].contains("detail"));
   EXPECT_TRUE(BusEvents("engine_readmitted").empty());
-  EXPECT_EQ(fleet_->EventCounts()["d1"].readmissions, 0);
+  EXPECT_EQ(fleet_->admin().EventCounts()["d1"].readmissions, 0);
 }
 
 TEST_F(ReadmissionTest, HeldEngineReturnsThroughAnInferenceProbe) {
@@ -182,7 +182,7 @@ TEST_F(ReadmissionTest, HeldEngineReturnsThroughAnInferenceProbe) {
   // The inference probe ran a prefill and a decode on d0, no health check.
   EXPECT_EQ(engines_->calls("decode").size(), 1u);
   EXPECT_TRUE(engines_->calls("control").empty());
-  EXPECT_EQ(fleet_->EventCounts()["d0"].last_readmission_evidence, "verification");
+  EXPECT_EQ(fleet_->admin().EventCounts()["d0"].last_readmission_evidence, "verification");
 }
 
 }  // namespace

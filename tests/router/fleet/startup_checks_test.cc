@@ -149,11 +149,12 @@ class StartupChecksTest : public ::testing::Test {
     }
     fleet_ = std::make_unique<Fleet>(settings_, clock_, &metrics_);
     engines_ = std::make_unique<GatedEngines>(clock_, &clock_, kFirstToken);
-    prober_ = std::make_unique<Prober>(*engines_, *fleet_, clock_);
+    prober_ = std::make_unique<Prober>(*engines_, fleet_->control(), clock_);
   }
 
   void Checks(engines::MonoClock::duration retry, size_t checkers = StartupChecks::kMaxCheckers) {
-    checks_ = std::make_unique<StartupChecks>(*fleet_, *prober_, loop_.executor(), retry, checkers);
+    checks_ = std::make_unique<StartupChecks>(fleet_->control(), *prober_, loop_.executor(), retry,
+                                              checkers);
   }
   // The control loop's thread.
   std::thread::id LoopThread() {
@@ -167,7 +168,7 @@ class StartupChecksTest : public ::testing::Test {
 
   bool AllChecked() const {
     for (const EngineSettings& e : settings_.engines) {
-      if (!fleet_->Checked(e.iid)) return false;
+      if (!fleet_->control().Checked(e.iid)) return false;
     }
     return true;
   }
@@ -249,7 +250,7 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
   // from the failure) once it ended, and d0's checker has ended: one idle
   // checker is left. Only then may the clock move.
   ASSERT_TRUE(WaitUntil([&] {
-    return fleet_->Checked("d0") && Health("p0").size() == 1 && checks_->waiting() == 1 &&
+    return fleet_->control().Checked("d0") && Health("p0").size() == 1 && checks_->waiting() == 1 &&
            checks_->running() == 1;
   }));
   // Its checker sleeps on the clock until exactly the retry is due; while
@@ -272,10 +273,11 @@ TEST_F(StartupChecksTest, AFailedEngineIsCheckedAgainOnlyAfterRetryOnTheClock) {
   ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 2 && checks_->waiting() == 1; }));
   clock_.Advance(60s);
   ASSERT_TRUE(WaitUntil([&] { return Health("p0").size() == 3 && checks_->waiting() == 1; }));
-  EXPECT_FALSE(fleet_->Checked("p0"));
+  EXPECT_FALSE(fleet_->control().Checked("p0"));
   clock_.Advance(60s);
   // Checked, then logged: the log is complete once its checker has ended.
-  ASSERT_TRUE(WaitUntil([&] { return fleet_->Checked("p0") && checks_->running() == 0; }));
+  ASSERT_TRUE(
+      WaitUntil([&] { return fleet_->control().Checked("p0") && checks_->running() == 0; }));
   const std::string log = ::testing::internal::GetCapturedStderr();
 
   const std::vector<testing::Call> checks = Health("p0");
@@ -308,10 +310,10 @@ TEST_F(StartupChecksTest, AnEngineThatLeftIsDropped) {
   // (due on the clock from its failure) once its check ended. Only then may
   // the clock move.
   ASSERT_TRUE(WaitUntil([&] {
-    return fleet_->Checked("p0") && fleet_->Checked("d0") && Health("p1").size() == 1 &&
-           checks_->waiting() == 1 && checks_->running() == 1;
+    return fleet_->control().Checked("p0") && fleet_->control().Checked("d0") &&
+           Health("p1").size() == 1 && checks_->waiting() == 1 && checks_->running() == 1;
   }));
-  ASSERT_TRUE(fleet_->RemoveEngine("p1", MemberSource{SourceKind::kFile, ""}).ok());
+  ASSERT_TRUE(fleet_->admin().RemoveEngine("p1", MemberSource{SourceKind::kFile, ""}).ok());
   clock_.Advance(1s);
   // It drops p1 and, with nothing left, ends.
   EXPECT_TRUE(WaitUntil([&] { return checks_->running() == 0; }));
@@ -341,7 +343,7 @@ TEST_F(StartupChecksTest, StopEndsCheckersWaitingForTheirRetry) {
   const auto start = std::chrono::steady_clock::now();
   checks_->Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
-  EXPECT_FALSE(fleet_->Checked("p0"));
+  EXPECT_FALSE(fleet_->control().Checked("p0"));
 }
 
 }  // namespace

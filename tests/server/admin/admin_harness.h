@@ -47,7 +47,7 @@ class AdminHarness {
   explicit AdminHarness(router::Settings settings, server::AdminOptions options = {})
       : settings_(std::move(settings)), metrics_(registry_), client_(ClientOptions(settings_)) {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, &metrics_, nullptr, &events_);
-    prober_ = std::make_unique<router::Prober>(client_.async(), *fleet_, clock_);
+    prober_ = std::make_unique<router::Prober>(client_.async(), fleet_->control(), clock_);
     service_ = std::make_unique<server::AdminService>(settings_, *fleet_, *prober_, events_,
                                                       client_.async(), client_.executor(), clock_,
                                                       std::move(options));
@@ -76,7 +76,7 @@ class AdminHarness {
     event.kind = router::FleetEventKind::kEngineHoldSuppressed;
     event.iid = name;
     event.detail = std::move(detail);
-    fleet_->Publish(event);
+    fleet_->admin().Publish(event);
   }
   server::AdminService& service() { return *service_; }
   grpc::Server& server() { return *server_; }

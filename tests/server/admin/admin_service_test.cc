@@ -152,8 +152,10 @@ TEST(AdminServiceTest, GetEngineShowsInFlightLegsAndStreaks) {
   AdminHarness h(AdminTestSettings(OfflineEngines()));
   auto leg = h.fleet().PickAndReserve(engines::Phase::kDecode, {"d1"});
   ASSERT_TRUE(leg.has_value());
-  h.fleet().RecordFailure(Failure("d0", engines::Phase::kDecode, engines::BreakerClass::kTimeout,
-                                  engines::FailureReason::kEngineTimeout, "engine 504"));
+  h.fleet().control().RecordFailure(
+      Failure("d0", engines::Phase::kDecode, engines::BreakerClass::kTimeout,
+              engines::FailureReason::kEngineTimeout, "engine 504"),
+      "");
   const pb::Engine d0 = GetEngine(h, "d0");
   EXPECT_EQ(d0.inflight_decode(), 1);
   EXPECT_EQ(d0.inflight_prefill(), 0);
@@ -253,7 +255,8 @@ TEST(AdminServiceTest, EjectEngineExplainsItPublishesAnEventAndCountsIt) {
   EXPECT_EQ(breakers.engines(1).counters().ejections(), 1);
   EXPECT_EQ(breakers.engines(0).counters().ejections(), 0);
   EXPECT_FALSE(breakers.ready());  // no engine has passed a check yet
-  for (const char* iid : {"p0", "d1"}) h.fleet().RecordSuccess(iid, router::Success::kHealth);
+  for (const char* iid : {"p0", "d1"})
+    h.fleet().control().RecordSuccess(iid, router::Success::kHealth);
   ASSERT_TRUE(Call(h, &pb::Admin::Stub::GetBreakers, pb::GetBreakersRequest(), &breakers).ok());
   EXPECT_TRUE(breakers.ready());  // d1 still decodes
   EXPECT_EQ(breakers.policy().eject_after(), 3);
@@ -424,7 +427,7 @@ TEST(AdminServiceTest, ReadmitEngineOnInferenceEvidenceRunsAnInferenceProbe) {
                                     {"d1", d1->url(), Role::kDecode}}));
   // Three 5xx decode failures: an inference hold (B17).
   for (int i = 0; i < 3; ++i) {
-    h.fleet().RecordFailure(
+    h.fleet().control().RecordFailure(
         Failure("d0", engines::Phase::kDecode, engines::BreakerClass::kInferenceStatus,
                 engines::FailureReason::kEngineError, "engine answered 500"),
         "p0");
@@ -481,7 +484,7 @@ TEST(AdminServiceTest, AnEngineEjectedWhileHeldReturnsOnlyThroughAnInferenceProb
                                     {"d0", d0->url(), Role::kDecode},
                                     {"d1", d1->url(), Role::kDecode}}));
   for (int i = 0; i < 3; ++i) {
-    h.fleet().RecordFailure(
+    h.fleet().control().RecordFailure(
         Failure("d0", engines::Phase::kDecode, engines::BreakerClass::kKvHandoff,
                 engines::FailureReason::kInvalidResponse, "no handoff: descriptor missing"),
         "p0");
@@ -523,9 +526,10 @@ TEST(AdminServiceTest, ListQuarantineShowsRemainingTimeAndTheFailureThatStartedI
   ASSERT_TRUE(Call(h, &pb::Admin::Stub::ListQuarantine, pb::ListQuarantineRequest(), &list).ok());
   EXPECT_EQ(list.engines_size(), 0);
 
-  h.fleet().RecordFailure(Failure("d0", engines::Phase::kDecode, engines::BreakerClass::kStream,
-                                  engines::FailureReason::kEngineTimeout,
-                                  "no first token within 1.000 s"));
+  h.fleet().control().RecordFailure(
+      Failure("d0", engines::Phase::kDecode, engines::BreakerClass::kStream,
+              engines::FailureReason::kEngineTimeout, "no first token within 1.000 s"),
+      "");
   ASSERT_TRUE(Call(h, &pb::Admin::Stub::ListQuarantine, pb::ListQuarantineRequest(), &list).ok());
   ASSERT_EQ(list.engines_size(), 1);
   const pb::QuarantineEntry& q = list.engines(0);
