@@ -3,14 +3,17 @@
 // new value; Get() returns the current one. Each reading thread keeps its
 // last copy and the slot's version beside it, so a read is one atomic load
 // of the version (and the copy of a shared_ptr) until the owner publishes
-// again; only then does a thread touch the atomic shared_ptr itself, whose
-// libstdc++ implementation briefly spins on a lock bit.
+// again; only then does a thread take the slot's mutex to copy the new
+// value. (Not std::atomic<std::shared_ptr>: libstdc++ 12 releases its lock
+// bit with a relaxed store after a load, which is a data race by the memory
+// model that ThreadSanitizer reports between a reader and the next Publish.)
 #ifndef NARWHAL_ENGINES_SNAPSHOT_SLOT_H_
 #define NARWHAL_ENGINES_SNAPSHOT_SLOT_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 namespace narwhal::engines {
@@ -36,7 +39,8 @@ class SnapshotSlot {
     const uint64_t version = version_.load(std::memory_order_acquire);
     if (cache.slot != this || cache.instance != instance_ || cache.version != version) {
       // The value may be newer than `version`: the next read catches up.
-      cache.value = value_.load(std::memory_order_acquire);
+      std::lock_guard<std::mutex> lock(mu_);
+      cache.value = value_;
       cache.slot = this;
       cache.instance = instance_;
       cache.version = version;
@@ -46,8 +50,13 @@ class SnapshotSlot {
 
   // The owner only (one publisher at a time).
   void Publish(std::shared_ptr<const T> value) {
-    value_.store(std::move(value), std::memory_order_release);
+    std::shared_ptr<const T> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = std::exchange(value_, std::move(value));
+    }
     version_.fetch_add(1, std::memory_order_acq_rel);
+    // `old` is released here, outside the lock.
   }
 
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
@@ -59,7 +68,8 @@ class SnapshotSlot {
     return next.fetch_add(1, std::memory_order_relaxed);
   }
 
-  std::atomic<std::shared_ptr<const T>> value_;
+  mutable std::mutex mu_;  // value_; taken by a reader only after a Publish
+  std::shared_ptr<const T> value_;
   std::atomic<uint64_t> version_{0};
   const uint64_t instance_;
 };

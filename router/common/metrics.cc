@@ -11,8 +11,7 @@ using prometheus::Histogram;
 
 // Latency buckets in seconds: sub-millisecond loopback to minute-long streams.
 Histogram::BucketBoundaries LatencyBuckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-          1,     2.5,    5,     10,   30,    60,   120, 300};
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 }
 
 // Inter-token buckets in seconds: a fast decode's few milliseconds to a
@@ -175,7 +174,26 @@ Metrics::Metrics(prometheus::Registry& r)
                                   .Help("DNS lookups of the fleet's DNS groups by result: ok "
                                         "(addresses), empty (no address: the members leave), "
                                         "failed (members unchanged).")
-                                  .Register(r)) {
+                                  .Register(r)),
+      kv_events_total(prometheus::BuildCounter()
+                          .Name("narwhal_kv_events_total")
+                          .Help("KV-cache event blocks applied to an engine's index by kind: "
+                                "stored, removed, cleared (AllBlocksCleared events), skipped "
+                                "(not indexable, or an unknown removal), evicted (the index's "
+                                "memory bound), unknown (events of an unknown type).")
+                          .Register(r)),
+      kv_event_gaps_total(prometheus::BuildCounter()
+                              .Name("narwhal_kv_event_gaps_total")
+                              .Help("Breaks in an engine's KV-event stream by outcome: replayed "
+                                    "(the index stays exact), or the engine went cold "
+                                    "(no_replay, replay_failed, replay_timeout, replay_overrun, "
+                                    "reset, bad_batch, lost).")
+                              .Register(r)),
+      kv_index_blocks(prometheus::BuildGauge()
+                          .Name("narwhal_kv_index_blocks")
+                          .Help("Blocks in an engine's KV index (what its events say it "
+                                "holds).")
+                          .Register(r)) {
   for (const char* result : {"applied", "rejected"}) {
     config_reloads_total.Add({{"result", result}});
   }

@@ -5,13 +5,13 @@
 #ifndef NARWHAL_ROUTER_COMMON_METRICS_H_
 #define NARWHAL_ROUTER_COMMON_METRICS_H_
 
-#include <string>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <string>
 
 #include "router/common/placement_metrics.h"
 
@@ -45,14 +45,14 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& handoff_releases_total;    // {outcome}
 
   // Engines
-  prometheus::Family<prometheus::Gauge>& engine_breaker_streak;      // {iid, class}
-  prometheus::Family<prometheus::Gauge>& engine_held;                // {iid, kind}
-  prometheus::Family<prometheus::Gauge>& engine_quarantined;         // {iid}
-  prometheus::Family<prometheus::Gauge>& engine_in_placement;        // {iid}
-  prometheus::Family<prometheus::Counter>& engine_ejections_total;   // {iid, cause}
-  prometheus::Family<prometheus::Counter>& engine_probes_total;      // {iid, kind, outcome}
+  prometheus::Family<prometheus::Gauge>& engine_breaker_streak;        // {iid, class}
+  prometheus::Family<prometheus::Gauge>& engine_held;                  // {iid, kind}
+  prometheus::Family<prometheus::Gauge>& engine_quarantined;           // {iid}
+  prometheus::Family<prometheus::Gauge>& engine_in_placement;          // {iid}
+  prometheus::Family<prometheus::Counter>& engine_ejections_total;     // {iid, cause}
+  prometheus::Family<prometheus::Counter>& engine_probes_total;        // {iid, kind, outcome}
   prometheus::Family<prometheus::Counter>& engine_readmissions_total;  // {iid, evidence}
-  prometheus::Family<prometheus::Gauge>& engine_inflight;            // {iid, phase}
+  prometheus::Family<prometheus::Gauge>& engine_inflight;              // {iid, phase}
 
   // Placement: decisions_total{phase, reason}, prefix_match_ratio
   PlacementMetrics placement;
@@ -62,11 +62,16 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& kv_recompute_suspected_total;  // {iid}
 
   // The live fleet (SPEC §13)
-  prometheus::Family<prometheus::Gauge>& fleet_engines;                 // {role, state}
-  prometheus::Family<prometheus::Counter>& membership_changes_total;    // {source, change}
-  prometheus::Family<prometheus::Counter>& config_reloads_total;        // {result}
+  prometheus::Family<prometheus::Gauge>& fleet_engines;               // {role, state}
+  prometheus::Family<prometheus::Counter>& membership_changes_total;  // {source, change}
+  prometheus::Family<prometheus::Counter>& config_reloads_total;      // {result}
   prometheus::Gauge& config_generation;
   prometheus::Family<prometheus::Counter>& discovery_lookups_total;  // {group, result}
+
+  // KV events (SPEC §14, router/fleet/kv_subscriber.h)
+  prometheus::Family<prometheus::Counter>& kv_events_total;      // {iid, kind}
+  prometheus::Family<prometheus::Counter>& kv_event_gaps_total;  // {iid, outcome}
+  prometheus::Family<prometheus::Gauge>& kv_index_blocks;        // {iid}
 };
 
 }  // namespace narwhal::router

@@ -15,49 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/fakes/kv_batch_writer.h"
+
 namespace narwhal::router::kv {
 namespace {
 
-// A msgpack writer over msgpuck's encoders.
-class Mp {
- public:
-  Mp& Array(uint32_t n) { return Put(mp_encode_array(buf_, n)); }
-  Mp& Map(uint32_t n) { return Put(mp_encode_map(buf_, n)); }
-  Mp& Uint(uint64_t v) { return Put(mp_encode_uint(buf_, v)); }
-  Mp& Int(int64_t v) {
-    return v >= 0 ? Uint(static_cast<uint64_t>(v)) : Put(mp_encode_int(buf_, v));
-  }
-  Mp& Double(double v) { return Put(mp_encode_double(buf_, v)); }
-  Mp& Nil() { return Put(mp_encode_nil(buf_)); }
-  Mp& Str(const std::string& s) {
-    out_ += std::string(buf_, mp_encode_strl(buf_, static_cast<uint32_t>(s.size())));
-    out_ += s;
-    return *this;
-  }
-  Mp& Bin(const std::string& s) {
-    out_ += std::string(buf_, mp_encode_binl(buf_, static_cast<uint32_t>(s.size())));
-    out_ += s;
-    return *this;
-  }
-  Mp& Raw(const std::string& bytes) {
-    out_ += bytes;
-    return *this;
-  }
-  Mp& Tokens(const std::vector<uint32_t>& t) {
-    Array(static_cast<uint32_t>(t.size()));
-    for (uint32_t v : t) Uint(v);
-    return *this;
-  }
-  const std::string& str() const { return out_; }
-
- private:
-  Mp& Put(char* end) {
-    out_.append(buf_, end);
-    return *this;
-  }
-  char buf_[16];
-  std::string out_;
-};
+using Mp = testing::MpWriter;
 
 std::string Be8(uint64_t v) { return EncodeSeq(v); }
 
