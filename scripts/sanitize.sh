@@ -48,7 +48,7 @@ COMPONENT_TARGETS=(
   engines_http_component_test beast_engine_client_test steady_state_alloc_test
   sim_component_test engine_text_relay_test cares_resolver_test
   server_component_test http_door_test relay_alloc_test admin_component_test
-  kv_subscriber_test
+  kv_subscriber_test kv_events_sim_test
 )
 E2E_TARGETS=(narwhal_e2e_test admin_e2e_test breaker_e2e_test preflight_e2e_test)
 # ThreadSanitizer: no gRPC and no narwhal-sim in the path (see above).

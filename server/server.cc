@@ -27,6 +27,7 @@
 #include "router/fleet/event_bus.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/fleet_monitor.h"
+#include "router/fleet/kv_subscriber.h"
 #include "router/fleet/preflight.h"
 #include "router/fleet/prober.h"
 #include "router/fleet/startup_checks.h"
@@ -120,6 +121,9 @@ struct Server::Parts {
   std::unique_ptr<ConfigReloader> reloader;
   std::unique_ptr<router::Prober> prober;
   std::unique_ptr<AdminService> admin;
+  // The engines' KV-cache events (SPEC §14): its thread starts with the
+  // first engine that publishes them; the monitor hands it the members.
+  std::unique_ptr<router::kv::KvSubscriber> kv_events;
   std::unique_ptr<router::FleetMonitor> monitor;
   std::unique_ptr<router::StartupChecks> startup_checks;
   std::unique_ptr<IdleMemoryRelease> idle_release;
@@ -305,7 +309,20 @@ absl::Status Server::Parts::RunPreflight() {
 void Server::Parts::StartChecks() {
   // The control plane (probes, join checks, start-up checks) runs on the
   // first loop, the fleet's owner, over the same engine port as requests.
+  const router::KvEventsSettings& kv = settings.kv_events;
+  kv_events = std::make_unique<router::kv::KvSubscriber>(
+      clock,
+      router::kv::KvSubscriberOptions{
+          .topic = kv.topic,
+          .index = {.block_size = static_cast<uint32_t>(kv.block_size),
+                    .max_blocks = static_cast<size_t>(kv.max_blocks_per_engine)},
+          .replay_timeout = engines::FromSeconds(kv.replay_timeout_s),
+          .max_held = 4096,
+          .decode = {},
+          .poll_interval = std::chrono::milliseconds(20)},
+      metrics.get());
   monitor = std::make_unique<router::FleetMonitor>(fleet->control(), *prober, loops->executor(0));
+  monitor->SetKvSubscriber(kv_events.get());
   monitor->Start();
   // Readiness waits for each role to have an engine that passed a check.
   const double startup_retry_s = std::clamp(settings.recovery.readmit_interval_s, 0.1, 1.0);
@@ -406,6 +423,7 @@ void Server::Parts::StopAll() {
   if (dns_groups) dns_groups->Stop();
   if (startup_checks) startup_checks->Stop();
   if (monitor) monitor->Stop();
+  if (kv_events) kv_events->Stop();
   if (probes) probes->Stop();
   if (loops) loops->Stop();
   // Every request has ended and queued its row: put them in the file now

@@ -18,16 +18,15 @@ void Json(httplib::Response& res, int status, const nlohmann::json& body) {
 
 void Error(httplib::Response& res, int status, std::string message) {
   res.status = status;
-  res.set_content(ErrorBody({status, ErrorTypeForStatus(status),
-                             std::move(message), std::nullopt}),
+  res.set_content(ErrorBody({status, ErrorTypeForStatus(status), std::move(message), std::nullopt}),
                   "application/json");
 }
 
 // POST /sim/kv/pull (a consumer reads the blocks) and POST /sim/kv/release
 // (a consumer that refused the request carrying the handoff before admission
 // tells the producer to free them).
-void HandleKvEnd(EngineState& state, const httplib::Request& req,
-                 httplib::Response& res, bool release) {
+void HandleKvEnd(EngineState& state, const httplib::Request& req, httplib::Response& res,
+                 bool release) {
   const nlohmann::json body = ParseJson(req.body);
   if (!body.is_object() || !body.contains("remote_request_id") ||
       !body["remote_request_id"].is_string()) {
@@ -36,29 +35,26 @@ void HandleKvEnd(EngineState& state, const httplib::Request& req,
   }
   const std::string id = body["remote_request_id"].get<std::string>();
   const nlohmann::json engine = body.value("remote_engine_id", nlohmann::json());
-  if (!engine.is_string() ||
-      engine.get<std::string>() != state.options.engine_id) {
-    Error(res, 404,
-          absl::StrCat("remote_engine_id does not name this engine (",
-                       state.options.engine_id, ")"));
+  if (!engine.is_string() || engine.get<std::string>() != state.options.engine_id) {
+    Error(
+        res, 404,
+        absl::StrCat("remote_engine_id does not name this engine (", state.options.engine_id, ")"));
     return;
   }
   KvConsumer consumer;
-  consumer.engine_id = body.value("consumer_engine_id", nlohmann::json())
-                               .is_string()
+  consumer.engine_id = body.value("consumer_engine_id", nlohmann::json()).is_string()
                            ? body["consumer_engine_id"].get<std::string>()
                            : "";
-  consumer.request_id = body.value("consumer_request_id", nlohmann::json())
-                                .is_string()
+  consumer.request_id = body.value("consumer_request_id", nlohmann::json()).is_string()
                             ? body["consumer_request_id"].get<std::string>()
                             : "";
   consumer.peer = absl::StrCat(req.remote_addr, ":", req.remote_port);
   const std::string by = consumer.engine_id;
-  const PullResult result = release ? state.kv.Release(id, std::move(consumer))
-                                    : state.kv.Pull(id, std::move(consumer));
+  const PullResult result =
+      release ? state.kv.Release(id, std::move(consumer)) : state.kv.Pull(id, std::move(consumer));
   if (release && result.outcome == PullOutcome::kOk) {
-    state.log.Info(absl::StrCat("handoff ", id, " released by ", by,
-                                " (refused before admission)"));
+    state.log.Info(
+        absl::StrCat("handoff ", id, " released by ", by, " (refused before admission)"));
   }
   switch (result.outcome) {
     case PullOutcome::kOk: {
@@ -89,53 +85,42 @@ void HandleKvEnd(EngineState& state, const httplib::Request& req,
 }  // namespace
 
 void AddControlRoutes(httplib::Server& server, EngineState& state) {
-  server.Get("/sim/faults", [&state](const httplib::Request&,
-                                     httplib::Response& res) {
+  server.Get("/sim/faults", [&state](const httplib::Request&, httplib::Response& res) {
     Json(res, 200, state.faults.ToJson());
   });
-  server.Post("/sim/faults", [&state](const httplib::Request& req,
-                                      httplib::Response& res) {
+  server.Post("/sim/faults", [&state](const httplib::Request& req, httplib::Response& res) {
     absl::StatusOr<std::vector<FaultRule>> rules = ParseFaultBody(req.body);
-    absl::Status status =
-        rules.ok() ? state.faults.Append(*std::move(rules)) : rules.status();
+    absl::Status status = rules.ok() ? state.faults.Append(*std::move(rules)) : rules.status();
     if (!status.ok()) {
       Error(res, 400, std::string(status.message()));
       return;
     }
     const nlohmann::json book = state.faults.ToJson();
-    state.log.Info(absl::StrCat("fault rules set (", book["faults"].size(),
-                                " held)"));
+    state.log.Info(absl::StrCat("fault rules set (", book["faults"].size(), " held)"));
     Json(res, 200, book);
   });
-  server.Delete("/sim/faults", [&state](const httplib::Request&,
-                                        httplib::Response& res) {
+  server.Delete("/sim/faults", [&state](const httplib::Request&, httplib::Response& res) {
     state.faults.Clear();
     state.log.Info("fault rules cleared");
     Json(res, 200, state.faults.ToJson());
   });
-  server.Get("/sim/requests", [&state](const httplib::Request&,
-                                       httplib::Response& res) {
+  server.Get("/sim/requests", [&state](const httplib::Request&, httplib::Response& res) {
     Json(res, 200, state.requests.ToJson());
   });
-  server.Delete("/sim/requests", [&state](const httplib::Request&,
-                                          httplib::Response& res) {
+  server.Delete("/sim/requests", [&state](const httplib::Request&, httplib::Response& res) {
     state.requests.Clear();
     Json(res, 200, state.requests.ToJson());
   });
-  server.Get("/sim/kv", [&state](const httplib::Request&,
-                                 httplib::Response& res) {
+  server.Get("/sim/kv", [&state](const httplib::Request&, httplib::Response& res) {
     Json(res, 200, state.kv.ToJson());
   });
-  server.Post("/sim/kv/pull", [&state](const httplib::Request& req,
-                                       httplib::Response& res) {
+  server.Post("/sim/kv/pull", [&state](const httplib::Request& req, httplib::Response& res) {
     HandleKvEnd(state, req, res, /*release=*/false);
   });
-  server.Post("/sim/kv/release", [&state](const httplib::Request& req,
-                                          httplib::Response& res) {
+  server.Post("/sim/kv/release", [&state](const httplib::Request& req, httplib::Response& res) {
     HandleKvEnd(state, req, res, /*release=*/true);
   });
-  server.Get("/sim/info", [&state](const httplib::Request&,
-                                   httplib::Response& res) {
+  server.Get("/sim/info", [&state](const httplib::Request&, httplib::Response& res) {
     const SimOptions& o = state.options;
     Json(res, 200,
          {{"engine_id", o.engine_id},
@@ -152,10 +137,12 @@ void AddControlRoutes(httplib::Server& server, EngineState& state) {
           {"kv_lease_s", o.kv_lease_s},
           {"max_silence_s", o.max_silence_s},
           {"threads", o.threads},
-          {"kv_load_failure_policy",
-           std::string(PolicyName(o.kv_load_failure_policy))},
+          {"kv_load_failure_policy", std::string(PolicyName(o.kv_load_failure_policy))},
           {"prompt_tokens_details", o.prompt_tokens_details},
-          {"api_key", !o.api_key.empty()}});
+          {"api_key", !o.api_key.empty()},
+          {"block_size", o.block_size},
+          {"kv_events_port", state.kv_events ? state.kv_events->port() : -1},
+          {"kv_events_replay_port", state.kv_events ? state.kv_events->replay_port() : -1}});
   });
 }
 

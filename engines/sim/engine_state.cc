@@ -8,9 +8,7 @@
 
 namespace narwhal::sim {
 
-double NowSeconds() {
-  return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-}
+double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 std::string RandomHex(int n) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -27,7 +25,7 @@ EngineState::EngineState(SimOptions opts)
       created(absl::ToUnixSeconds(absl::Now())),
       log(options.engine_id),
       kv(options.kv_lease_s, &NowSeconds),
-      prefix_cache(static_cast<size_t>(options.prefix_cache_blocks)),
+      prefix_cache(static_cast<size_t>(options.prefix_cache_blocks), options.block_size),
       prefill_lanes(options.prefill_lanes) {}
 
 }  // namespace narwhal::sim

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engines/sim/fault_rules.h"
+#include "engines/sim/kv_event_publisher.h"
 #include "engines/sim/kv_store.h"
 #include "engines/sim/prefill_lanes.h"
 #include "engines/sim/prefix_cache.h"
@@ -45,6 +47,9 @@ struct EngineState {
   // KV pulls that failed on this consumer, the recompute fault's included
   // (vllm:nixl_num_failed_transfers_total).
   std::atomic<int64_t> failed_transfers{0};
+  // KV-cache events; null unless options.kv_events_port >= 0 (set by
+  // SimEngine::Start before it serves, the prefix cache's sink).
+  std::unique_ptr<KvEventPublisher> kv_events;
 };
 
 }  // namespace narwhal::sim

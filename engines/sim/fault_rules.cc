@@ -61,9 +61,8 @@ absl::string_view PhaseFilterName(PhaseFilter phase) {
 }
 
 // Reads an integer field in [lo, hi]; `what` describes the range.
-absl::Status ReadInt(const nlohmann::json& rule, const std::string& path,
-                     const char* key, int64_t lo, int64_t hi,
-                     absl::string_view what, int* out) {
+absl::Status ReadInt(const nlohmann::json& rule, const std::string& path, const char* key,
+                     int64_t lo, int64_t hi, absl::string_view what, int* out) {
   const nlohmann::json& value = rule.at(key);
   bool ok = value.is_number_integer();
   int64_t n = 0;
@@ -78,56 +77,49 @@ absl::Status ReadInt(const nlohmann::json& rule, const std::string& path,
     ok = ok && n >= lo && n <= hi;
   }
   if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ".", key, ": must be ", what));
+    return absl::InvalidArgumentError(absl::StrCat(path, ".", key, ": must be ", what));
   }
   *out = static_cast<int>(n);
   return absl::OkStatus();
 }
 
-absl::Status ReadString(const nlohmann::json& rule, const std::string& path,
-                        const char* key, std::string* out) {
+absl::Status ReadString(const nlohmann::json& rule, const std::string& path, const char* key,
+                        std::string* out) {
   const nlohmann::json& value = rule.at(key);
   if (!value.is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ".", key, ": must be a string"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ".", key, ": must be a string"));
   }
   *out = value.get<std::string>();
   return absl::OkStatus();
 }
 
-absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
-                                    const std::string& path) {
+absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json, const std::string& path) {
   if (!json.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": must be an object"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": must be an object"));
   }
   if (!json.contains("kind")) {
     return absl::InvalidArgumentError(absl::StrCat(path, ".kind: required"));
   }
   if (!json["kind"].is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ".kind: must be a string"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ".kind: must be a string"));
   }
   const std::string kind_name = json["kind"].get<std::string>();
   const std::optional<FaultKind> kind = ParseFaultKind(kind_name);
   if (!kind.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ".kind: unknown fault kind ", nlohmann::json(kind_name).dump()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".kind: unknown fault kind ", nlohmann::json(kind_name).dump()));
   }
   const KindInfo& info = InfoOf(*kind);
   for (const auto& [key, value] : json.items()) {
-    if (key == "kind" || key == "phase" || key == "times" ||
-        key == "remote_engine_id") {
+    if (key == "kind" || key == "phase" || key == "times" || key == "remote_engine_id") {
       continue;
     }
     if (info.params.count(key) == 0) {
       const std::string allowed =
-          info.params.empty() ? std::string("none")
-                              : absl::StrJoin(info.params, ", ");
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ".", key, ": unknown parameter for kind \"",
-                       kind_name, "\" (allowed: ", allowed, ")"));
+          info.params.empty() ? std::string("none") : absl::StrJoin(info.params, ", ");
+      return absl::InvalidArgumentError(absl::StrCat(path, ".", key,
+                                                     ": unknown parameter for kind \"", kind_name,
+                                                     "\" (allowed: ", allowed, ")"));
     }
   }
 
@@ -143,24 +135,22 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
     } else if (name == "decode") {
       rule.phase = PhaseFilter::kDecode;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ".phase: must be \"prefill\", \"decode\" or \"any\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".phase: must be \"prefill\", \"decode\" or \"any\""));
     }
   }
   if (IsDescriptorKind(rule.kind) && rule.phase == PhaseFilter::kDecode) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ".phase: kind \"", kind_name,
-                     "\" applies only to the prefill phase"));
+        absl::StrCat(path, ".phase: kind \"", kind_name, "\" applies only to the prefill phase"));
   }
   if (rule.kind == FaultKind::kRecompute && rule.phase == PhaseFilter::kPrefill) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ".phase: kind \"", kind_name,
-                     "\" applies only to the decode phase"));
+        absl::StrCat(path, ".phase: kind \"", kind_name, "\" applies only to the decode phase"));
   }
   if (json.contains("times")) {
     int times = 0;
-    absl::Status status = ReadInt(json, path, "times", -1, 1000000000,
-                                  "a positive integer or -1", &times);
+    absl::Status status =
+        ReadInt(json, path, "times", -1, 1000000000, "a positive integer or -1", &times);
     if (!status.ok() || times == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ".times: must be a positive integer or -1"));
@@ -171,8 +161,8 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
   if (json.contains("remote_engine_id")) {
     const nlohmann::json& id = json["remote_engine_id"];
     if (!id.is_string() || id.get<std::string>().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ".remote_engine_id: must be a non-empty string"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".remote_engine_id: must be a non-empty string"));
     }
     if (IsDescriptorKind(rule.kind)) {
       return absl::InvalidArgumentError(
@@ -187,23 +177,18 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
   switch (rule.kind) {
     case FaultKind::kDelayHeaders:
     case FaultKind::kSlowTokens: {
-      const char* key = rule.kind == FaultKind::kDelayHeaders ? "ms"
-                                                              : "interval_ms";
+      const char* key = rule.kind == FaultKind::kDelayHeaders ? "ms" : "interval_ms";
       if (!json.contains(key)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ".", key, ": required"));
+        return absl::InvalidArgumentError(absl::StrCat(path, ".", key, ": required"));
       }
-      status = ReadInt(json, path, key, 0, 3600000,
-                       "an integer 0..3600000", &rule.ms);
+      status = ReadInt(json, path, key, 0, 3600000, "an integer 0..3600000", &rule.ms);
       break;
     }
     case FaultKind::kHttpStatus:
       if (!json.contains("status")) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ".status: required"));
+        return absl::InvalidArgumentError(absl::StrCat(path, ".status: required"));
       }
-      status = ReadInt(json, path, "status", 100, 599,
-                       "an integer 100..599", &rule.status);
+      status = ReadInt(json, path, "status", 100, 599, "an integer 100..599", &rule.status);
       if (status.ok() && json.contains("message")) {
         status = ReadString(json, path, "message", &rule.message);
       }
@@ -214,19 +199,17 @@ absl::StatusOr<FaultRule> ParseRule(const nlohmann::json& json,
     case FaultKind::kMetadataThenSilence:
     case FaultKind::kStallAfterTokens:
     case FaultKind::kCloseBeforeDone: {
-      const char* key =
-          rule.kind == FaultKind::kMetadataThenSilence ? "chunks" : "tokens";
+      const char* key = rule.kind == FaultKind::kMetadataThenSilence ? "chunks" : "tokens";
       rule.count = 1;
       if (json.contains(key)) {
-        status = ReadInt(json, path, key, 0, 100000, "an integer 0..100000",
-                         &rule.count);
+        status = ReadInt(json, path, key, 0, 100000, "an integer 0..100000", &rule.count);
       }
       break;
     }
     case FaultKind::kErrorInStream:
       if (json.contains("after_tokens")) {
-        status = ReadInt(json, path, "after_tokens", 0, 100000,
-                         "an integer 0..100000", &rule.count);
+        status =
+            ReadInt(json, path, "after_tokens", 0, 100000, "an integer 0..100000", &rule.count);
       }
       if (status.ok() && json.contains("code")) {
         const nlohmann::json& code = json["code"];
@@ -277,21 +260,16 @@ std::optional<FaultKind> ParseFaultKind(absl::string_view name) {
   return std::nullopt;
 }
 
-absl::string_view PhaseName(Phase phase) {
-  return phase == Phase::kPrefill ? "prefill" : "decode";
-}
+absl::string_view PhaseName(Phase phase) { return phase == Phase::kPrefill ? "prefill" : "decode"; }
 
 bool IsDescriptorKind(FaultKind kind) {
-  return kind == FaultKind::kNoDescriptor ||
-         kind == FaultKind::kDescriptorWithoutEngineId ||
+  return kind == FaultKind::kNoDescriptor || kind == FaultKind::kDescriptorWithoutEngineId ||
          kind == FaultKind::kMalformedBlockIds;
 }
 
-bool FaultRule::Matches(Phase request_phase,
-                        absl::string_view request_remote_engine_id) const {
+bool FaultRule::Matches(Phase request_phase, absl::string_view request_remote_engine_id) const {
   if (times == 0) return false;
-  if (!remote_engine_id.empty() &&
-      request_remote_engine_id != remote_engine_id) {
+  if (!remote_engine_id.empty() && request_remote_engine_id != remote_engine_id) {
     return false;
   }
   if (IsDescriptorKind(kind) && request_phase != Phase::kPrefill) return false;
@@ -355,11 +333,9 @@ nlohmann::json FaultRule::ToJson() const {
   return json;
 }
 
-absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
-    const nlohmann::json& document) {
+absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(const nlohmann::json& document) {
   if (!document.is_object()) {
-    return absl::InvalidArgumentError(
-        "body: must be an object {\"faults\": [...]}");
+    return absl::InvalidArgumentError("body: must be an object {\"faults\": [...]}");
   }
   for (const auto& [key, value] : document.items()) {
     if (key != "faults") {
@@ -372,8 +348,7 @@ absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
   std::vector<FaultRule> rules;
   const nlohmann::json& list = document["faults"];
   for (size_t i = 0; i < list.size(); ++i) {
-    absl::StatusOr<FaultRule> rule =
-        ParseRule(list[i], absl::StrCat("faults[", i, "]"));
+    absl::StatusOr<FaultRule> rule = ParseRule(list[i], absl::StrCat("faults[", i, "]"));
     if (!rule.ok()) return rule.status();
     rules.push_back(*std::move(rule));
   }
@@ -391,8 +366,8 @@ absl::StatusOr<std::vector<FaultRule>> ParseFaultBody(absl::string_view body) {
 absl::Status FaultBook::Append(std::vector<FaultRule> rules) {
   absl::MutexLock lock(&mu_);
   if (rules_.size() + rules.size() > kMaxRules) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "faults: at most ", kMaxRules, " rules may be held; DELETE first"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("faults: at most ", kMaxRules, " rules may be held; DELETE first"));
   }
   for (FaultRule& rule : rules) rules_.push_back(std::move(rule));
   return absl::OkStatus();
@@ -403,8 +378,7 @@ void FaultBook::Clear() {
   rules_.clear();
 }
 
-std::optional<FaultRule> FaultBook::Take(
-    Phase phase, absl::string_view remote_engine_id) {
+std::optional<FaultRule> FaultBook::Take(Phase phase, absl::string_view remote_engine_id) {
   absl::MutexLock lock(&mu_);
   for (FaultRule& rule : rules_) {
     if (!rule.Matches(phase, remote_engine_id)) continue;

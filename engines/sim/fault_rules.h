@@ -115,8 +115,7 @@ struct FaultRule {
 
   // True when a request of `phase` (whose descriptor names the producer
   // `request_remote_engine_id`, "" for none) is subject to this rule.
-  bool Matches(Phase request_phase,
-               absl::string_view request_remote_engine_id = "") const;
+  bool Matches(Phase request_phase, absl::string_view request_remote_engine_id = "") const;
 
   // The rule as GET /sim/faults lists it: kind, phase, times, fired and the
   // kind's parameters with their effective values.
@@ -124,8 +123,7 @@ struct FaultRule {
 };
 
 // Parses a rule document (see the file comment).
-absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(
-    const nlohmann::json& document);
+absl::StatusOr<std::vector<FaultRule>> ParseFaultDocument(const nlohmann::json& document);
 // Same, from the raw request body (invalid JSON is an error).
 absl::StatusOr<std::vector<FaultRule>> ParseFaultBody(absl::string_view body);
 
@@ -139,8 +137,7 @@ class FaultBook {
   absl::Status Append(std::vector<FaultRule> rules);
   void Clear();
   // The rule that fires for a request of `phase`, if any (see file comment).
-  std::optional<FaultRule> Take(Phase phase,
-                                absl::string_view remote_engine_id = "");
+  std::optional<FaultRule> Take(Phase phase, absl::string_view remote_engine_id = "");
   // {"faults": [rule.ToJson(), ...]}
   nlohmann::json ToJson() const;
 

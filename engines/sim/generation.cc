@@ -14,23 +14,20 @@ namespace {
 constexpr absl::Duration kPullTimeout = absl::Seconds(5);
 
 absl::Duration Millis(double ms) {
-  return ms > 0 ? absl::Microseconds(static_cast<int64_t>(ms * 1000))
-                : absl::ZeroDuration();
+  return ms > 0 ? absl::Microseconds(static_cast<int64_t>(ms * 1000)) : absl::ZeroDuration();
 }
 
 }  // namespace
 
-Generation::Generation(EngineState& state, InferenceRequest request,
-                       std::string request_id, std::optional<FaultRule> fault,
-                       uint64_t seq, Waiter waiter)
+Generation::Generation(EngineState& state, InferenceRequest request, std::string request_id,
+                       std::optional<FaultRule> fault, uint64_t seq, Waiter waiter)
     : state_(state),
       request_(std::move(request)),
       fault_(std::move(fault)),
       seq_(seq),
       waiter_(waiter) {
   ctx_.api = request_.api;
-  ctx_.id = absl::StrCat(request_.api == Api::kChat ? "chatcmpl-" : "cmpl-",
-                         request_id);
+  ctx_.id = absl::StrCat(request_.api == Api::kChat ? "chatcmpl-" : "cmpl-", request_id);
   ctx_.created = absl::ToUnixSeconds(absl::Now());
   ctx_.model = request_.model;
   ctx_.system_fingerprint = state_.fingerprint;
@@ -41,17 +38,13 @@ Generation::~Generation() {
   state_.running.fetch_sub(1);
   // Nothing ended the exchange: the response was never written (the client
   // left before the headers went out).
-  End(state_.stopping.HasBeenNotified() ? RequestEnd::kStopped
-                                        : RequestEnd::kClientGone);
+  End(state_.stopping.HasBeenNotified() ? RequestEnd::kStopped : RequestEnd::kClientGone);
 }
 
-void Generation::End(RequestEnd end) {
-  state_.requests.End(seq_, end, NowSeconds());
-}
+void Generation::End(RequestEnd end) { state_.requests.End(seq_, end, NowSeconds()); }
 
 void Generation::EndAfterWait(WaitEnd how) {
-  End(how == WaitEnd::kStopped ? RequestEnd::kStopped
-                               : RequestEnd::kClientGone);
+  End(how == WaitEnd::kStopped ? RequestEnd::kStopped : RequestEnd::kClientGone);
 }
 
 void Generation::SetStatus(int status) {
@@ -80,16 +73,14 @@ Generation::Prelude Generation::RunPrelude() {
   auto interrupted = [](WaitEnd how) {
     return how == WaitEnd::kStopped ? Prelude::kStopped : Prelude::kClientGone;
   };
-  if (request_.kv.kind == KvParams::Kind::kConsumer &&
-      Is(FaultKind::kRecompute)) {
+  if (request_.kv.kind == KvParams::Kind::kConsumer && Is(FaultKind::kRecompute)) {
     // The transfer failed and the prompt is computed here (vLLM's
     // kv_load_failure_policy "recompute"): nothing is pulled, so the
     // producer keeps the blocks until its lease ends.
     state_.failed_transfers.fetch_add(1);
-    state_.log.Warning(absl::StrCat(
-        "KV load failed for ", ctx_.id, " (handoff from ",
-        request_.kv.remote_engine_id,
-        "): recompute fault; computing the prompt locally"));
+    state_.log.Warning(absl::StrCat("KV load failed for ", ctx_.id, " (handoff from ",
+                                    request_.kv.remote_engine_id,
+                                    "): recompute fault; computing the prompt locally"));
   } else if (request_.kv.kind == KvParams::Kind::kConsumer) {
     const WaitEnd how = waiter_.Sleep(Millis(state_.options.kv_transfer_ms));
     if (how != WaitEnd::kElapsed) return interrupted(how);
@@ -99,35 +90,34 @@ Generation::Prelude Generation::RunPrelude() {
       // vLLM counts the pulled tokens as cached, all but the last one,
       // which it recomputes.
       cached_tokens_ = std::max(0, request_.prompt_tokens - 1);
+      // The pulled blocks are cached here now, as vLLM's consumer caches
+      // them (and publishes them) once the pull completes.
+      state_.prefix_cache.StoreBlocks(request_.prompt);
       return Prelude::kReady;
     }
     state_.failed_transfers.fetch_add(1);
-    state_.log.Warning(absl::StrCat(
-        "KV load failed for ", ctx_.id, " (handoff from ",
-        request_.kv.remote_engine_id, "): ", reply.detail, "; policy ",
-        PolicyName(state_.options.kv_load_failure_policy)));
+    state_.log.Warning(absl::StrCat("KV load failed for ", ctx_.id, " (handoff from ",
+                                    request_.kv.remote_engine_id, "): ", reply.detail, "; policy ",
+                                    PolicyName(state_.options.kv_load_failure_policy)));
     if (state_.options.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
       return Prelude::kLoadFailed;
     }
   } else if (request_.kv.kind == KvParams::Kind::kConsumerIncomplete) {
-    state_.log.Warning(absl::StrCat(
-        "Got invalid KVTransferParams for ", ctx_.id, " (missing or invalid: ",
-        request_.kv.missing, "); computing the prompt locally"));
+    state_.log.Warning(absl::StrCat("Got invalid KVTransferParams for ", ctx_.id,
+                                    " (missing or invalid: ", request_.kv.missing,
+                                    "); computing the prompt locally"));
   }
   // Only what the prefix cache does not hold is computed.
-  cached_tokens_ =
-      state_.prefix_cache.LookupAndStore(request_.prompt, request_.prompt_tokens);
-  const double prefill_ms = state_.options.prefill_ms_per_1k_tokens *
-                            (request_.prompt_tokens - cached_tokens_) / 1000.0;
-  const WaitEnd how =
-      waiter_.Sleep(state_.prefill_lanes.Book(absl::Now(), Millis(prefill_ms)));
+  cached_tokens_ = state_.prefix_cache.LookupAndStore(request_.prompt, request_.prompt_tokens);
+  const double prefill_ms =
+      state_.options.prefill_ms_per_1k_tokens * (request_.prompt_tokens - cached_tokens_) / 1000.0;
+  const WaitEnd how = waiter_.Sleep(state_.prefill_lanes.Book(absl::Now(), Millis(prefill_ms)));
   if (how != WaitEnd::kElapsed) return interrupted(how);
   return Prelude::kReady;
 }
 
 bool Generation::Silence() {
-  const WaitEnd how =
-      waiter_.Sleep(Millis(state_.options.max_silence_s * 1000.0));
+  const WaitEnd how = waiter_.Sleep(Millis(state_.options.max_silence_s * 1000.0));
   if (how == WaitEnd::kElapsed) {
     End(RequestEnd::kFault);
   } else {
@@ -145,14 +135,13 @@ void Generation::MakeTextInvalid(std::string* event) const {
 
 bool Generation::Write(httplib::DataSink& sink, const std::string& data) {
   if (sink.write(data.data(), data.size())) return true;
-  EndAfterWait(state_.stopping.HasBeenNotified() ? WaitEnd::kStopped
-                                                 : WaitEnd::kClientGone);
+  EndAfterWait(state_.stopping.HasBeenNotified() ? WaitEnd::kStopped : WaitEnd::kClientGone);
   return false;
 }
 
 OrderedJson Generation::Descriptor() {
-  const KvEntry entry = state_.kv.Hold(
-      absl::StrCat(ctx_.id, "-", RandomHex(8)), request_.prompt_tokens);
+  const KvEntry entry =
+      state_.kv.Hold(absl::StrCat(ctx_.id, "-", RandomHex(8)), request_.prompt_tokens);
   OrderedJson blocks = OrderedJson::array();
   blocks.push_back(entry.block_ids);
   if (Is(FaultKind::kMalformedBlockIds)) {
@@ -163,20 +152,19 @@ OrderedJson Generation::Descriptor() {
       blocks.push_back(OrderedJson::array({entry.block_ids.front(), "x"}));
     }
   }
-  OrderedJson descriptor = {
-      {"do_remote_prefill", true},
-      {"do_remote_decode", false},
-      {"remote_block_ids", std::move(blocks)},
-      {"remote_engine_id", state_.options.engine_id},
-      {"remote_request_id", entry.remote_request_id},
-      {"remote_host", state_.advertised_host},
-      {"remote_port", state_.port.load()},
-      {"tp_size", 1},
-      {"dcp_size", 1},
-      {"pp_size", 1},
-      {"remote_num_tokens", request_.prompt_tokens},
-      {"remote_blocks_expiry_time", nullptr},
-      {"transfer_mode", "pull"}};
+  OrderedJson descriptor = {{"do_remote_prefill", true},
+                            {"do_remote_decode", false},
+                            {"remote_block_ids", std::move(blocks)},
+                            {"remote_engine_id", state_.options.engine_id},
+                            {"remote_request_id", entry.remote_request_id},
+                            {"remote_host", state_.advertised_host},
+                            {"remote_port", state_.port.load()},
+                            {"tp_size", 1},
+                            {"dcp_size", 1},
+                            {"pp_size", 1},
+                            {"remote_num_tokens", request_.prompt_tokens},
+                            {"remote_blocks_expiry_time", nullptr},
+                            {"transfer_mode", "pull"}};
   if (Is(FaultKind::kDescriptorWithoutEngineId)) {
     descriptor.erase("remote_engine_id");
   }
@@ -184,8 +172,7 @@ OrderedJson Generation::Descriptor() {
 }
 
 bool Generation::Respond(httplib::Response& res) {
-  if (Is(FaultKind::kSilentBeforeFirstToken) ||
-      Is(FaultKind::kMetadataThenSilence) ||
+  if (Is(FaultKind::kSilentBeforeFirstToken) || Is(FaultKind::kMetadataThenSilence) ||
       Is(FaultKind::kStallAfterTokens)) {
     return Silence();
   }
@@ -198,9 +185,9 @@ bool Generation::Respond(httplib::Response& res) {
       return false;
     case Prelude::kLoadFailed:
       res.status = 500;
-      res.set_content(ErrorBody({500, "InternalServerError",
-                                 "Internal server error", std::nullopt}),
-                      "application/json");
+      res.set_content(
+          ErrorBody({500, "InternalServerError", "Internal server error", std::nullopt}),
+          "application/json");
       SetStatus(500);
       End(RequestEnd::kError);
       return true;
@@ -221,15 +208,12 @@ bool Generation::Respond(httplib::Response& res) {
   }
   if (Is(FaultKind::kErrorInStream)) {
     const nlohmann::json& code = fault_->code;
-    const int status = code.is_number_integer() && code.get<int64_t>() >= 100 &&
-                               code.get<int64_t>() <= 599
-                           ? code.get<int>()
-                           : 500;
-    ApiError error{status,
-                   fault_->type.empty() ? ErrorTypeForStatus(status)
-                                        : fault_->type,
-                   fault_->message.empty() ? "Internal server error"
-                                           : fault_->message,
+    const int status =
+        code.is_number_integer() && code.get<int64_t>() >= 100 && code.get<int64_t>() <= 599
+            ? code.get<int>()
+            : 500;
+    ApiError error{status, fault_->type.empty() ? ErrorTypeForStatus(status) : fault_->type,
+                   fault_->message.empty() ? "Internal server error" : fault_->message,
                    std::nullopt};
     res.status = status;
     res.set_content(ErrorBody(error), "application/json");
@@ -238,20 +222,17 @@ bool Generation::Respond(httplib::Response& res) {
     return true;
   }
   OrderedJson kv_transfer_params = nullptr;
-  if (request_.kv.kind == KvParams::Kind::kProducer &&
-      !Is(FaultKind::kNoDescriptor)) {
+  if (request_.kv.kind == KvParams::Kind::kProducer && !Is(FaultKind::kNoDescriptor)) {
     kv_transfer_params = Descriptor();
   }
   const OrderedJson body =
-      FullBody(ctx_, GenerateText(request_.prompt, count),
-               count == 0 ? "stop" : "length",
+      FullBody(ctx_, GenerateText(request_.prompt, count), count == 0 ? "stop" : "length",
                MakeUsage(count), kv_transfer_params);
   res.status = 200;
   res.set_content(Dump(body), "application/json");
   SetStatus(200);
   state_.requests.Update(seq_, [count](RequestRecord& r) { r.tokens_sent = count; });
-  End(Is(FaultKind::kDoneBeforeToken) ? RequestEnd::kFault
-                                      : RequestEnd::kComplete);
+  End(Is(FaultKind::kDoneBeforeToken) ? RequestEnd::kFault : RequestEnd::kComplete);
   return true;
 }
 
@@ -265,8 +246,7 @@ bool Generation::Stream(httplib::DataSink& sink) {
       End(RequestEnd::kStopped);
       return false;
     case Prelude::kLoadFailed:
-      if (!Write(sink, ErrorFrame("Internal server error",
-                                  "InternalServerError", 500)) ||
+      if (!Write(sink, ErrorFrame("Internal server error", "InternalServerError", 500)) ||
           !Write(sink, DoneEvent())) {
         return false;
       }
@@ -336,26 +316,19 @@ bool Generation::Stream(httplib::DataSink& sink) {
     return true;
   }
   if (Is(FaultKind::kErrorInStream)) {
-    const int64_t code =
-        fault_->code.is_number_integer() ? fault_->code.get<int64_t>() : 500;
+    const int64_t code = fault_->code.is_number_integer() ? fault_->code.get<int64_t>() : 500;
     const std::string type =
         !fault_->type.empty()
             ? fault_->type
-            : ErrorTypeForStatus(code >= 100 && code <= 599
-                                     ? static_cast<int>(code)
-                                     : 500);
-    const std::string message =
-        fault_->message.empty() ? "Internal server error" : fault_->message;
-    if (!Write(sink, ErrorFrame(message, type, fault_->code)) ||
-        !Write(sink, DoneEvent())) {
+            : ErrorTypeForStatus(code >= 100 && code <= 599 ? static_cast<int>(code) : 500);
+    const std::string message = fault_->message.empty() ? "Internal server error" : fault_->message;
+    if (!Write(sink, ErrorFrame(message, type, fault_->code)) || !Write(sink, DoneEvent())) {
       return false;
     }
     End(RequestEnd::kFault);
     return true;
   }
-  if (request_.include_usage &&
-      !Write(sink, SseEvent(UsageChunk(
-                       ctx_, MakeUsage(tokens_sent_))))) {
+  if (request_.include_usage && !Write(sink, SseEvent(UsageChunk(ctx_, MakeUsage(tokens_sent_))))) {
     return false;
   }
   if (!Write(sink, DoneEvent())) return false;

@@ -46,9 +46,8 @@ class Generation {
  public:
   // `seq` is the request's record in state.requests; `state` must outlive
   // this object.
-  Generation(EngineState& state, InferenceRequest request,
-             std::string request_id, std::optional<FaultRule> fault,
-             uint64_t seq, Waiter waiter);
+  Generation(EngineState& state, InferenceRequest request, std::string request_id,
+             std::optional<FaultRule> fault, uint64_t seq, Waiter waiter);
   ~Generation();
 
   Generation(const Generation&) = delete;
@@ -65,9 +64,7 @@ class Generation {
  private:
   enum class Prelude { kReady, kLoadFailed, kClientGone, kStopped };
 
-  bool Is(FaultKind kind) const {
-    return fault_.has_value() && fault_->kind == kind;
-  }
+  bool Is(FaultKind kind) const { return fault_.has_value() && fault_->kind == kind; }
   Prelude RunPrelude();
   // Ends a silence: records how it ended and returns false (cut).
   bool Silence();

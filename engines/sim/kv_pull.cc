@@ -20,8 +20,7 @@ bool SameBlocks(const nlohmann::json& sent, const nlohmann::json& held) {
 }
 
 httplib::Result Post(const KvParams& params, const std::string& path,
-                     const std::string& consumer_engine_id,
-                     const std::string& consumer_request_id,
+                     const std::string& consumer_engine_id, const std::string& consumer_request_id,
                      absl::Duration timeout) {
   httplib::Client client(params.remote_host, params.remote_port);
   const auto limit = absl::ToChronoMicroseconds(timeout);
@@ -37,17 +36,14 @@ httplib::Result Post(const KvParams& params, const std::string& path,
 
 }  // namespace
 
-PullReply NotifyRejected(const KvParams& params,
-                         const std::string& consumer_engine_id,
-                         const std::string& consumer_request_id,
-                         absl::Duration timeout) {
+PullReply NotifyRejected(const KvParams& params, const std::string& consumer_engine_id,
+                         const std::string& consumer_request_id, absl::Duration timeout) {
   PullReply reply;
-  httplib::Result result = Post(params, "/sim/kv/release", consumer_engine_id,
-                                consumer_request_id, timeout);
+  httplib::Result result =
+      Post(params, "/sim/kv/release", consumer_engine_id, consumer_request_id, timeout);
   if (!result) {
-    reply.detail = absl::StrCat("producer ", params.remote_host, ":",
-                                params.remote_port, " unreachable (",
-                                httplib::to_string(result.error()), ")");
+    reply.detail = absl::StrCat("producer ", params.remote_host, ":", params.remote_port,
+                                " unreachable (", httplib::to_string(result.error()), ")");
     return reply;
   }
   reply.status = result->status;
@@ -56,17 +52,14 @@ PullReply NotifyRejected(const KvParams& params,
   return reply;
 }
 
-PullReply PullHandoff(const KvParams& params,
-                      const std::string& consumer_engine_id,
-                      const std::string& consumer_request_id,
-                      absl::Duration timeout) {
+PullReply PullHandoff(const KvParams& params, const std::string& consumer_engine_id,
+                      const std::string& consumer_request_id, absl::Duration timeout) {
   PullReply reply;
-  httplib::Result result = Post(params, "/sim/kv/pull", consumer_engine_id,
-                                consumer_request_id, timeout);
+  httplib::Result result =
+      Post(params, "/sim/kv/pull", consumer_engine_id, consumer_request_id, timeout);
   if (!result) {
-    reply.detail = absl::StrCat("producer ", params.remote_host, ":",
-                                params.remote_port, " unreachable (",
-                                httplib::to_string(result.error()), ")");
+    reply.detail = absl::StrCat("producer ", params.remote_host, ":", params.remote_port,
+                                " unreachable (", httplib::to_string(result.error()), ")");
     return reply;
   }
   reply.status = result->status;
@@ -74,10 +67,8 @@ PullReply PullHandoff(const KvParams& params,
     reply.detail = absl::StrCat("producer answered ", result->status);
     return reply;
   }
-  const nlohmann::json answer =
-      ParseJson(result->body);
-  if (answer.is_discarded() || !answer.is_object() ||
-      !answer.contains("remote_block_ids")) {
+  const nlohmann::json answer = ParseJson(result->body);
+  if (answer.is_discarded() || !answer.is_object() || !answer.contains("remote_block_ids")) {
     reply.detail = "producer answered an unreadable body";
     return reply;
   }

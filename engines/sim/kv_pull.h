@@ -28,19 +28,15 @@ struct PullReply {
 // when the producer is unreachable, does not answer within `timeout`,
 // answers non-200, or returns blocks that differ from the descriptor's
 // remote_block_ids (a flat list matches a one-group list with the same ids).
-PullReply PullHandoff(const KvParams& params,
-                      const std::string& consumer_engine_id,
-                      const std::string& consumer_request_id,
-                      absl::Duration timeout);
+PullReply PullHandoff(const KvParams& params, const std::string& consumer_engine_id,
+                      const std::string& consumer_request_id, absl::Duration timeout);
 
 // The consumer refused the request carrying `params` before admission: tells
 // the producer to free the handoff (POST /sim/kv/release, same body as a
 // pull), as vLLM's notify_kv_transfer_request_rejected makes the NIXL
 // connector do. ok when the producer answered 200.
-PullReply NotifyRejected(const KvParams& params,
-                         const std::string& consumer_engine_id,
-                         const std::string& consumer_request_id,
-                         absl::Duration timeout);
+PullReply NotifyRejected(const KvParams& params, const std::string& consumer_engine_id,
+                         const std::string& consumer_request_id, absl::Duration timeout);
 
 }  // namespace narwhal::sim
 

@@ -27,8 +27,7 @@ nlohmann::json KvEntry::ToJson() const {
   return json;
 }
 
-KvStore::KvStore(double lease_s, Clock clock)
-    : lease_s_(lease_s), clock_(std::move(clock)) {}
+KvStore::KvStore(double lease_s, Clock clock) : lease_s_(lease_s), clock_(std::move(clock)) {}
 
 KvEntry KvStore::Hold(std::string remote_request_id, int num_tokens) {
   const double now = clock_();
@@ -48,8 +47,7 @@ KvEntry KvStore::Hold(std::string remote_request_id, int num_tokens) {
   entry.created_at = now;
   entry.expires_at = now + lease_s_;
   const int tokens = std::max(num_tokens, 1);
-  const int blocks = std::min(kMaxBlocksPerEntry,
-                              (tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+  const int blocks = std::min(kMaxBlocksPerEntry, (tokens + kTokensPerBlock - 1) / kTokensPerBlock);
   for (int i = 0; i < blocks; ++i) {
     entry.block_ids.push_back(next_block_);
     next_block_ = next_block_ >= (1 << 30) ? 1 : next_block_ + 1;
@@ -61,24 +59,22 @@ KvEntry KvStore::Hold(std::string remote_request_id, int num_tokens) {
   return entry;
 }
 
-PullResult KvStore::Pull(absl::string_view remote_request_id,
-                         KvConsumer consumer) {
+PullResult KvStore::Pull(absl::string_view remote_request_id, KvConsumer consumer) {
   const double now = clock_();
   absl::MutexLock lock(&mu_);
   ExpireDueLocked(now);
   return EndLocked(remote_request_id, std::move(consumer), KvState::kConsumed, now);
 }
 
-PullResult KvStore::Release(absl::string_view remote_request_id,
-                            KvConsumer consumer) {
+PullResult KvStore::Release(absl::string_view remote_request_id, KvConsumer consumer) {
   const double now = clock_();
   absl::MutexLock lock(&mu_);
   ExpireDueLocked(now);
   return EndLocked(remote_request_id, std::move(consumer), KvState::kReleased, now);
 }
 
-PullResult KvStore::EndLocked(absl::string_view remote_request_id,
-                              KvConsumer consumer, KvState to, double now) {
+PullResult KvStore::EndLocked(absl::string_view remote_request_id, KvConsumer consumer, KvState to,
+                              double now) {
   PullResult result;
   auto it = held_.find(std::string(remote_request_id));
   if (it != held_.end()) {
@@ -173,8 +169,7 @@ void KvStore::Remember(std::deque<KvEntry>* history, KvEntry entry) {
   while (history->size() > kHistory) history->pop_front();
 }
 
-const KvEntry* KvStore::Find(const std::deque<KvEntry>& history,
-                             absl::string_view id) {
+const KvEntry* KvStore::Find(const std::deque<KvEntry>& history, absl::string_view id) {
   for (auto it = history.rbegin(); it != history.rend(); ++it) {
     if (it->remote_request_id == id) return &*it;
   }

@@ -96,11 +96,9 @@ class KvStore {
   PullResult EndLocked(absl::string_view id, KvConsumer consumer, KvState to, double now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireDueLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ExpireLocked(const std::string& id, double now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLocked(const std::string& id, double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Remember(std::deque<KvEntry>* history, KvEntry entry);
-  static const KvEntry* Find(const std::deque<KvEntry>& history,
-                             absl::string_view id);
+  static const KvEntry* Find(const std::deque<KvEntry>& history, absl::string_view id);
 
   const double lease_s_;
   const Clock clock_;

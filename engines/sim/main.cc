@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "version/build_info.h"
 #include "engines/sim/sim_args.h"
 #include "engines/sim/sim_engine.h"
 #include "engines/sim/sim_log.h"
+#include "version/build_info.h"
 
 namespace narwhal::sim {
 namespace {
@@ -73,8 +73,8 @@ int Run(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<SimArgs> parsed = ParseSimArgs(args, LookupEnv);
   if (!parsed.ok()) {
-    std::fprintf(stderr, "narwhal-sim: %s\n%s",
-                 std::string(parsed.status().message()).c_str(), SimUsage());
+    std::fprintf(stderr, "narwhal-sim: %s\n%s", std::string(parsed.status().message()).c_str(),
+                 SimUsage());
     return 2;
   }
   if (parsed->help) {

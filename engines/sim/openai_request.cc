@@ -42,24 +42,21 @@ bool IsTokenIdList(const nlohmann::json& value) {
 }
 
 // Reads an optional integer field (absent or null leaves `out` unset).
-std::optional<ApiError> OptionalInt(const nlohmann::json& body,
-                                    const char* key,
+std::optional<ApiError> OptionalInt(const nlohmann::json& body, const char* key,
                                     std::optional<int64_t>* out) {
   if (!body.contains(key) || body[key].is_null()) return std::nullopt;
   const nlohmann::json& value = body[key];
   if (!value.is_number_integer()) {
     return Invalid(absl::StrCat(key, ": Input should be a valid integer"));
   }
-  if (value.is_number_unsigned() &&
-      value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
     return Invalid(absl::StrCat(key, ": Input is too large"));
   }
   *out = value.get<int64_t>();
   return std::nullopt;
 }
 
-std::optional<ApiError> CompletionPrompt(const nlohmann::json& body,
-                                         InferenceRequest* request) {
+std::optional<ApiError> CompletionPrompt(const nlohmann::json& body, InferenceRequest* request) {
   if (!body.contains("prompt") || body["prompt"].is_null()) {
     return Invalid("prompt: Field required");
   }
@@ -70,11 +67,9 @@ std::optional<ApiError> CompletionPrompt(const nlohmann::json& body,
     return std::nullopt;
   }
   const nlohmann::json* ids = nullptr;
-  if (prompt.is_array() && prompt.size() > 1 &&
-      (prompt[0].is_string() || prompt[0].is_array())) {
-    return BadRequest(absl::StrCat(
-        "narwhal-sim serves one prompt per request; got a list of ",
-        prompt.size(), " prompts"));
+  if (prompt.is_array() && prompt.size() > 1 && (prompt[0].is_string() || prompt[0].is_array())) {
+    return BadRequest(absl::StrCat("narwhal-sim serves one prompt per request; got a list of ",
+                                   prompt.size(), " prompts"));
   }
   if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
     request->prompt = prompt[0].get<std::string>();
@@ -83,8 +78,7 @@ std::optional<ApiError> CompletionPrompt(const nlohmann::json& body,
   }
   if (IsTokenIdList(prompt)) {
     ids = &prompt;
-  } else if (prompt.is_array() && prompt.size() == 1 &&
-             IsTokenIdList(prompt[0])) {
+  } else if (prompt.is_array() && prompt.size() == 1 && IsTokenIdList(prompt[0])) {
     ids = &prompt[0];
   }
   if (ids == nullptr) {
@@ -99,8 +93,7 @@ std::optional<ApiError> CompletionPrompt(const nlohmann::json& body,
   return std::nullopt;
 }
 
-std::optional<ApiError> ChatPrompt(const nlohmann::json& body,
-                                   InferenceRequest* request) {
+std::optional<ApiError> ChatPrompt(const nlohmann::json& body, InferenceRequest* request) {
   if (!body.contains("messages") || body["messages"].is_null()) {
     return Invalid("messages: Field required");
   }
@@ -111,10 +104,9 @@ std::optional<ApiError> ChatPrompt(const nlohmann::json& body,
   std::string text;
   for (size_t i = 0; i < messages.size(); ++i) {
     const nlohmann::json& message = messages[i];
-    if (!message.is_object() || !message.contains("role") ||
-        !message["role"].is_string()) {
-      return Invalid(absl::StrCat(
-          "messages[", i, "]: Input should be an object with a string role"));
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      return Invalid(
+          absl::StrCat("messages[", i, "]: Input should be an object with a string role"));
     }
     if (!message.contains("content")) continue;
     const nlohmann::json& content = message["content"];
@@ -122,14 +114,12 @@ std::optional<ApiError> ChatPrompt(const nlohmann::json& body,
       text += content.get<std::string>();
     } else if (content.is_array()) {
       for (const nlohmann::json& part : content) {
-        if (part.is_object() && part.contains("text") &&
-            part["text"].is_string()) {
+        if (part.is_object() && part.contains("text") && part["text"].is_string()) {
           text += part["text"].get<std::string>();
         }
       }
     } else if (!content.is_null()) {
-      return Invalid(absl::StrCat(
-          "messages[", i, "].content: Input should be a string or a list"));
+      return Invalid(absl::StrCat("messages[", i, "].content: Input should be a string or a list"));
     }
   }
   request->prompt = std::move(text);
@@ -143,8 +133,7 @@ KvParams ParseKvParams(const nlohmann::json& params) {
   KvParams kv;
   if (!params.is_object()) return kv;
   auto flag = [&params](const char* key) {
-    return params.contains(key) && params[key].is_boolean() &&
-           params[key].get<bool>();
+    return params.contains(key) && params[key].is_boolean() && params[key].get<bool>();
   };
   if (flag("do_remote_decode")) {
     kv.kind = KvParams::Kind::kProducer;
@@ -167,11 +156,8 @@ KvParams ParseKvParams(const nlohmann::json& params) {
   if (params.contains("remote_port")) {
     const nlohmann::json& value = params["remote_port"];
     if (value.is_number_integer()) {
-      port = value.is_number_unsigned() && value.get<uint64_t>() > 65535
-                 ? 0
-                 : value.get<int64_t>();
-    } else if (value.is_string() &&
-               !absl::SimpleAtoi(value.get<std::string>(), &port)) {
+      port = value.is_number_unsigned() && value.get<uint64_t>() > 65535 ? 0 : value.get<int64_t>();
+    } else if (value.is_string() && !absl::SimpleAtoi(value.get<std::string>(), &port)) {
       port = 0;
     }
   }
@@ -180,8 +166,7 @@ KvParams ParseKvParams(const nlohmann::json& params) {
   } else {
     kv.remote_port = static_cast<int>(port);
   }
-  if (params.contains("remote_block_ids") &&
-      params["remote_block_ids"].is_array() &&
+  if (params.contains("remote_block_ids") && params["remote_block_ids"].is_array() &&
       !params["remote_block_ids"].empty()) {
     kv.remote_block_ids = params["remote_block_ids"];
   } else {
@@ -196,26 +181,22 @@ KvParams ParseKvParams(const nlohmann::json& params) {
   return kv;
 }
 
-ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
-                                    absl::string_view body,
-                                    const std::string& served_model,
-                                    int max_model_len) {
+ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type, absl::string_view body,
+                                    const std::string& served_model, int max_model_len) {
   ParsedRequest parsed;
   InferenceRequest& request = parsed.request;
   request.api = api;
   request.model = served_model;
 
-  const std::string media_type = absl::AsciiStrToLower(absl::StripAsciiWhitespace(
-      content_type.substr(0, content_type.find(';'))));
+  const std::string media_type = absl::AsciiStrToLower(
+      absl::StripAsciiWhitespace(content_type.substr(0, content_type.find(';'))));
   if (media_type != "application/json") {
-    parsed.error =
-        Invalid("Unsupported Media Type: Only 'application/json' is allowed");
+    parsed.error = Invalid("Unsupported Media Type: Only 'application/json' is allowed");
     return parsed;
   }
   const std::string_view text(body.data(), body.size());
   if (!JsonDepthWithin(text)) {
-    parsed.error = Invalid(absl::StrCat("JSON nesting deeper than ",
-                                        kMaxJsonDepth, " levels"));
+    parsed.error = Invalid(absl::StrCat("JSON nesting deeper than ", kMaxJsonDepth, " levels"));
     return parsed;
   }
   request.body = ParseJson(text);
@@ -229,9 +210,8 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
   }
   const nlohmann::json& json = request.body;
 
-  std::optional<ApiError> error = api == Api::kChat
-                                      ? ChatPrompt(json, &request)
-                                      : CompletionPrompt(json, &request);
+  std::optional<ApiError> error =
+      api == Api::kChat ? ChatPrompt(json, &request) : CompletionPrompt(json, &request);
   if (error.has_value()) {
     parsed.error = std::move(error);
     return parsed;
@@ -257,10 +237,8 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
   std::optional<int64_t> min_tokens;
   std::optional<int64_t> n;
   for (auto [key, out] : {std::pair{"max_tokens", &max_tokens},
-                          std::pair{"max_completion_tokens",
-                                    &max_completion_tokens},
-                          std::pair{"min_tokens", &min_tokens},
-                          std::pair{"n", &n}}) {
+                          std::pair{"max_completion_tokens", &max_completion_tokens},
+                          std::pair{"min_tokens", &min_tokens}, std::pair{"n", &n}}) {
     if ((error = OptionalInt(json, key, out))) {
       parsed.error = std::move(error);
       return parsed;
@@ -278,33 +256,28 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
     }
     stream_options = &json["stream_options"];
   }
-  if (json.contains("kv_transfer_params") &&
-      !json["kv_transfer_params"].is_null() &&
+  if (json.contains("kv_transfer_params") && !json["kv_transfer_params"].is_null() &&
       !json["kv_transfer_params"].is_object()) {
     parsed.error = Invalid("kv_transfer_params: Input should be an object");
     return parsed;
   }
 
   if (!model.empty() && model != served_model) {
-    parsed.error = ApiError{404, "NotFoundError",
-                            absl::StrCat("The model `", model,
-                                         "` does not exist."),
-                            std::string("model")};
+    parsed.error =
+        ApiError{404, "NotFoundError", absl::StrCat("The model `", model, "` does not exist."),
+                 std::string("model")};
     return parsed;
   }
   if (stream_options != nullptr && !request.stream) {
-    parsed.error =
-        Invalid("Stream options can only be defined when `stream=True`.");
+    parsed.error = Invalid("Stream options can only be defined when `stream=True`.");
     return parsed;
   }
   if (stream_options != nullptr) {
-    const nlohmann::json& include = stream_options->value("include_usage",
-                                                          nlohmann::json());
+    const nlohmann::json& include = stream_options->value("include_usage", nlohmann::json());
     request.include_usage = !(include.is_boolean() && !include.get<bool>());
-    const nlohmann::json& continuous = stream_options->value(
-        "continuous_usage_stats", nlohmann::json());
-    request.continuous_usage =
-        continuous.is_boolean() && continuous.get<bool>();
+    const nlohmann::json& continuous =
+        stream_options->value("continuous_usage_stats", nlohmann::json());
+    request.continuous_usage = continuous.is_boolean() && continuous.get<bool>();
   }
 
   std::optional<int64_t> limit = max_tokens;
@@ -312,41 +285,37 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
     limit = max_completion_tokens;
   }
   if (limit.has_value() && *limit < 1) {
-    parsed.error = BadRequest(
-        absl::StrCat("max_tokens must be at least 1, got ", *limit, "."));
+    parsed.error = BadRequest(absl::StrCat("max_tokens must be at least 1, got ", *limit, "."));
     return parsed;
   }
   if (request.prompt_tokens >= max_model_len) {
-    parsed.error = BadRequest(absl::StrCat(
-        "This model's maximum context length is ", max_model_len,
-        " tokens. However, your request has ", request.prompt_tokens,
-        " input tokens. Please reduce the length of the input messages."));
+    parsed.error =
+        BadRequest(absl::StrCat("This model's maximum context length is ", max_model_len,
+                                " tokens. However, your request has ", request.prompt_tokens,
+                                " input tokens. Please reduce the length of the input messages."));
     return parsed;
   }
   const int64_t room = max_model_len - request.prompt_tokens;
   if (limit.has_value() && *limit > room) {
-    parsed.error = BadRequest(absl::StrCat(
-        "This model's maximum context length is ", max_model_len,
-        " tokens. However, you requested ", request.prompt_tokens + *limit,
-        " tokens (", request.prompt_tokens, " in the messages, ", *limit,
-        " in the completion). Please reduce the length of the messages or "
-        "completion."));
+    parsed.error =
+        BadRequest(absl::StrCat("This model's maximum context length is ", max_model_len,
+                                " tokens. However, you requested ", request.prompt_tokens + *limit,
+                                " tokens (", request.prompt_tokens, " in the messages, ", *limit,
+                                " in the completion). Please reduce the length of the messages or "
+                                "completion."));
     return parsed;
   }
-  request.max_tokens = static_cast<int>(
-      limit.has_value() ? *limit
-                        : std::min<int64_t>(kDefaultMaxTokens, room));
+  request.max_tokens =
+      static_cast<int>(limit.has_value() ? *limit : std::min<int64_t>(kDefaultMaxTokens, room));
   if (min_tokens.has_value() && *min_tokens > request.max_tokens) {
-    parsed.error = BadRequest(absl::StrCat(
-        "min_tokens must be less than or equal to max_tokens=",
-        request.max_tokens, ", got ", *min_tokens, "."));
+    parsed.error = BadRequest(absl::StrCat("min_tokens must be less than or equal to max_tokens=",
+                                           request.max_tokens, ", got ", *min_tokens, "."));
     return parsed;
   }
 
   request.kv = ParseKvParams(json.value("kv_transfer_params", nlohmann::json()));
   if (request.kv.kind == KvParams::Kind::kProducer && request.stream) {
-    parsed.error = BadRequest(
-        "KV-transfer producer requests are not supported with streaming");
+    parsed.error = BadRequest("KV-transfer producer requests are not supported with streaming");
     return parsed;
   }
   return parsed;

@@ -28,9 +28,9 @@ namespace narwhal::sim {
 // What a request's kv_transfer_params asks for.
 struct KvParams {
   enum class Kind {
-    kNone,      // absent, null or neither flag set
-    kProducer,  // do_remote_decode true
-    kConsumer,  // do_remote_prefill true with every key a pull needs
+    kNone,                // absent, null or neither flag set
+    kProducer,            // do_remote_decode true
+    kConsumer,            // do_remote_prefill true with every key a pull needs
     kConsumerIncomplete,  // do_remote_prefill true, keys missing
   };
   Kind kind = Kind::kNone;
@@ -39,7 +39,7 @@ struct KvParams {
   std::string remote_host;
   int remote_port = 0;
   nlohmann::json remote_block_ids;  // as sent
-  std::string missing;  // kConsumerIncomplete: the missing keys, comma-separated
+  std::string missing;              // kConsumerIncomplete: the missing keys, comma-separated
 };
 
 // Reads kv_transfer_params (any JSON value; non-objects mean kNone).
@@ -50,11 +50,11 @@ KvParams ParseKvParams(const nlohmann::json& params);
 
 struct InferenceRequest {
   Api api = Api::kCompletions;
-  nlohmann::json body;         // the parsed request
-  std::string model;           // the served model (requests may omit it)
-  std::string prompt;          // the text output tokens derive from
+  nlohmann::json body;  // the parsed request
+  std::string model;    // the served model (requests may omit it)
+  std::string prompt;   // the text output tokens derive from
   int prompt_tokens = 1;
-  int max_tokens = 16;         // chat: max_completion_tokens wins
+  int max_tokens = 16;  // chat: max_completion_tokens wins
   bool stream = false;
   bool include_usage = false;  // stream_options present and include_usage
                                // not false
@@ -62,8 +62,7 @@ struct InferenceRequest {
   KvParams kv;
 
   Phase phase() const {
-    return kv.kind == KvParams::Kind::kProducer ? Phase::kPrefill
-                                                : Phase::kDecode;
+    return kv.kind == KvParams::Kind::kProducer ? Phase::kPrefill : Phase::kDecode;
   }
 };
 
@@ -75,10 +74,8 @@ struct ParsedRequest {
 constexpr int kDefaultMaxTokens = 16;
 
 // `served_model` is the engine's model; `max_model_len` its context length.
-ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type,
-                                    absl::string_view body,
-                                    const std::string& served_model,
-                                    int max_model_len);
+ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type, absl::string_view body,
+                                    const std::string& served_model, int max_model_len);
 
 }  // namespace narwhal::sim
 

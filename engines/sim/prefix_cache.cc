@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "engines/sim/sim_tokenizer.h"
+
 namespace narwhal::sim {
 namespace {
 
@@ -21,38 +23,58 @@ constexpr uint64_t kFnvOffset = 14695981039346656037ULL;
 
 }  // namespace
 
-void PrefixCache::TouchLocked(uint64_t hash) {
-  auto it = blocks_.find(hash);
-  if (it != blocks_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return;
-  }
-  lru_.push_front(hash);
-  blocks_.emplace(hash, lru_.begin());
-}
-
-int PrefixCache::LookupAndStore(std::string_view prompt, int prompt_tokens) {
-  if (!enabled() || prompt_tokens <= 0) return 0;
-  const size_t n = prompt.size() / kBlockChars;
+size_t PrefixCache::StoreLocked(std::string_view prompt) {
+  const size_t n = prompt.size() / block_chars_;
   std::vector<uint64_t> chain;
   chain.reserve(n);
   uint64_t h = kFnvOffset;
   for (size_t k = 0; k < n; ++k) {
-    h = Fnv1a(h, prompt.substr(k * kBlockChars, kBlockChars));
+    h = Fnv1a(h, prompt.substr(k * block_chars_, block_chars_));
     chain.push_back(h);
   }
-  std::lock_guard<std::mutex> lock(mu_);
   size_t matched = 0;
   while (matched < chain.size() && blocks_.count(chain[matched]) != 0) ++matched;
+  // Runs of blocks new to the cache, each one stored event.
+  if (sink_ != nullptr) {
+    for (size_t k = 0; k < n;) {
+      if (blocks_.count(chain[k]) != 0) {
+        ++k;
+        continue;
+      }
+      const size_t start = k;
+      while (k < n && blocks_.count(chain[k]) == 0) ++k;
+      sink_->Stored(std::vector<uint64_t>(chain.begin() + static_cast<std::ptrdiff_t>(start),
+                                          chain.begin() + static_cast<std::ptrdiff_t>(k)),
+                    start == 0 ? std::nullopt : std::optional<uint64_t>(chain[start - 1]),
+                    SimTokenize(prompt.substr(start * block_chars_, (k - start) * block_chars_)),
+                    static_cast<uint32_t>(block_tokens_));
+    }
+  }
   // Last block first, so a prompt's head stays the most recent.
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) TouchLocked(*it);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    auto found = blocks_.find(*it);
+    if (found != blocks_.end()) {
+      lru_.splice(lru_.begin(), lru_, found->second);
+    } else {
+      lru_.push_front(*it);
+      blocks_.emplace(*it, lru_.begin());
+    }
+  }
   while (blocks_.size() > capacity_) {
+    if (sink_ != nullptr) sink_->Removed(lru_.back());
     blocks_.erase(lru_.back());
     lru_.pop_back();
   }
+  return matched;
+}
+
+int PrefixCache::LookupAndStore(std::string_view prompt, int prompt_tokens) {
+  if (!enabled() || prompt_tokens <= 0) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t matched = StoreLocked(prompt);
   const int64_t share = prompt.empty()
                             ? 0
-                            : static_cast<int64_t>(matched) * static_cast<int64_t>(kBlockChars) *
+                            : static_cast<int64_t>(matched) * static_cast<int64_t>(block_chars_) *
                                   prompt_tokens / static_cast<int64_t>(prompt.size());
   const int cached = static_cast<int>(std::clamp<int64_t>(share, 0, prompt_tokens - 1));
   ++lookups_;
@@ -62,11 +84,18 @@ int PrefixCache::LookupAndStore(std::string_view prompt, int prompt_tokens) {
   return cached;
 }
 
+void PrefixCache::StoreBlocks(std::string_view prompt) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  StoreLocked(prompt);
+}
+
 nlohmann::json PrefixCache::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {{"enabled", enabled()},
           {"capacity_blocks", capacity_},
-          {"block_chars", kBlockChars},
+          {"block_chars", block_chars_},
+          {"block_tokens", block_tokens_},
           {"blocks", blocks_.size()},
           {"lookups", lookups_},
           {"hits", hits_},
@@ -78,8 +107,9 @@ nlohmann::json PrefixCache::Stats() const {
                                           : 0.0}};
 }
 
-void PrefixCache::Reset() {
+void PrefixCache::Reset(bool announce) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (announce && sink_ != nullptr && !blocks_.empty()) sink_->Cleared();
   lru_.clear();
   blocks_.clear();
   lookups_ = hits_ = prompt_tokens_ = cached_tokens_ = 0;

@@ -1,11 +1,13 @@
 // PrefixCache: the simulated engine's prefix cache (vLLM's automatic prefix
-// caching). A prompt's text is cut into blocks of kBlockChars (16 tokens at
-// the simulator's 4 characters per token); block k is identified by a
+// caching). A prompt's text is cut into blocks of `block_tokens` tokens (4
+// characters each, engines/sim/sim_tokenizer.h); block k is identified by a
 // deterministic chain hash of blocks 0..k, so a hit means the whole prefix
 // up to it is cached. At most `capacity_blocks` blocks are kept, least
 // recently used evicted first. Every locally computed prompt is looked up
-// and then stored; the prefill is charged only for what was not cached.
-// Thread-safe.
+// and then stored; the prefill is charged only for what was not cached. A
+// consumer that pulled a prompt's KV stores its blocks too (StoreBlocks).
+// Every block stored anew and every block evicted is told to the sink (the
+// KV-event publisher), in order, as vLLM's block pool does. Thread-safe.
 #ifndef NARWHAL_ENGINES_SIM_PREFIX_CACHE_H_
 #define NARWHAL_ENGINES_SIM_PREFIX_CACHE_H_
 
@@ -13,42 +15,70 @@
 #include <cstdint>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
 namespace narwhal::sim {
 
+// Who hears of blocks stored and evicted (called under the cache's lock:
+// quick, and never calling back).
+class BlockSink {
+ public:
+  virtual ~BlockSink() = default;
+  // Blocks newly cached, in chain order; `parent`: the block before the
+  // first (unset at the chain's start); `tokens`: theirs, block after block.
+  virtual void Stored(const std::vector<uint64_t>& hashes, std::optional<uint64_t> parent,
+                      std::vector<uint32_t> tokens, uint32_t block_size) = 0;
+  virtual void Removed(uint64_t hash) = 0;
+  virtual void Cleared() = 0;
+};
+
 class PrefixCache {
  public:
-  static constexpr size_t kBlockChars = 64;
-
   // 0 blocks: off (nothing is cached, usage carries no details).
-  explicit PrefixCache(size_t capacity_blocks) : capacity_(capacity_blocks) {}
+  explicit PrefixCache(size_t capacity_blocks, int block_tokens = 16)
+      : capacity_(capacity_blocks),
+        block_tokens_(block_tokens > 0 ? block_tokens : 16),
+        block_chars_(static_cast<size_t>(block_tokens_) * 4) {}
 
   bool enabled() const { return capacity_ > 0; }
+  size_t block_chars() const { return block_chars_; }
+  // Set before the engine serves.
+  void SetSink(BlockSink* sink) { sink_ = sink; }
 
   // Looks up `prompt` (of `prompt_tokens` tokens), stores its blocks and
   // returns how many of its tokens were cached: the matched share of the
   // text, and never the last token (it is always computed).
   int LookupAndStore(std::string_view prompt, int prompt_tokens);
+  // Stores `prompt`'s blocks without a lookup (KV pulled from a producer).
+  void StoreBlocks(std::string_view prompt);
 
   // {enabled, capacity_blocks, blocks, lookups, hits (lookups with a cached
   // token), prompt_tokens, cached_tokens, computed_tokens, hit_rate (cached
   // over prompt tokens)}.
   nlohmann::json Stats() const;
-  // Empties the cache and zeroes the counters.
-  void Reset();
+  // Empties the cache and zeroes the counters; `announce`: tell the sink
+  // (AllBlocksCleared, vLLM's reset_prefix_cache), else silently (the
+  // engine restarted).
+  void Reset(bool announce = true);
 
   // Counters for /metrics.
   int64_t queried_tokens() const;
   int64_t hit_tokens() const;
 
  private:
-  void TouchLocked(uint64_t hash);
+  // Stores the chain of `prompt`'s full blocks; returns how many of them
+  // were cached, from the first, before.
+  size_t StoreLocked(std::string_view prompt);
 
   const size_t capacity_;
+  const int block_tokens_;
+  const size_t block_chars_;
+  BlockSink* sink_ = nullptr;
   mutable std::mutex mu_;
   std::list<uint64_t> lru_;  // front: most recent
   std::unordered_map<uint64_t, std::list<uint64_t>::iterator> blocks_;

@@ -28,8 +28,8 @@ uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
     }
     if (key == "authorization") {
       const size_t space = value.find(' ');
-      record.headers[key] = absl::StrCat(
-          space == std::string::npos ? "" : value.substr(0, space + 1), "***");
+      record.headers[key] =
+          absl::StrCat(space == std::string::npos ? "" : value.substr(0, space + 1), "***");
     } else {
       record.headers[key] = value;
     }
@@ -44,8 +44,7 @@ uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
   return state.requests.Add(std::move(record));
 }
 
-void FinishRecord(EngineState& state, uint64_t seq, int status,
-                  RequestEnd end) {
+void FinishRecord(EngineState& state, uint64_t seq, int status, RequestEnd end) {
   state.requests.Update(seq, [status](RequestRecord& r) { r.status = status; });
   state.requests.End(seq, end, NowSeconds());
 }

@@ -18,8 +18,7 @@ namespace narwhal::sim {
 uint64_t BeginRecord(EngineState& state, const httplib::Request& req);
 
 // Sets the status and ends the record now.
-void FinishRecord(EngineState& state, uint64_t seq, int status,
-                  RequestEnd end);
+void FinishRecord(EngineState& state, uint64_t seq, int status, RequestEnd end);
 
 }  // namespace narwhal::sim
 

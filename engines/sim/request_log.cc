@@ -41,14 +41,12 @@ nlohmann::json RequestRecord::ToJson() const {
           {"body_truncated", body_truncated},
           {"status", status == 0 ? nlohmann::json(nullptr) : nlohmann::json(status)},
           {"fault", OrNull(fault)},
-          {"ended_at",
-           ended_at == 0 ? nlohmann::json(nullptr) : nlohmann::json(ended_at)},
+          {"ended_at", ended_at == 0 ? nlohmann::json(nullptr) : nlohmann::json(ended_at)},
           {"end", OrNull(std::string(RequestEndName(end)))},
           {"tokens_sent", tokens_sent}};
 }
 
-RequestLog::RequestLog(size_t capacity)
-    : capacity_(capacity == 0 ? 1 : capacity) {}
+RequestLog::RequestLog(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
 
 uint64_t RequestLog::Add(RequestRecord record) {
   absl::MutexLock lock(&mu_);
@@ -59,8 +57,7 @@ uint64_t RequestLog::Add(RequestRecord record) {
   return seq;
 }
 
-void RequestLog::Update(uint64_t seq,
-                        absl::FunctionRef<void(RequestRecord&)> update) {
+void RequestLog::Update(uint64_t seq, absl::FunctionRef<void(RequestRecord&)> update) {
   absl::MutexLock lock(&mu_);
   if (RequestRecord* record = FindLocked(seq)) update(*record);
 }

@@ -35,19 +35,19 @@ enum class RequestEnd { kOpen, kComplete, kFault, kClientGone, kError, kStopped 
 absl::string_view RequestEndName(RequestEnd end);  // "" for kOpen
 
 struct RequestRecord {
-  uint64_t seq = 0;          // assigned by RequestLog::Add, from 1
-  double at = 0;             // arrival, unix seconds
+  uint64_t seq = 0;  // assigned by RequestLog::Add, from 1
+  double at = 0;     // arrival, unix seconds
   std::string method;
   std::string path;
-  std::string phase;         // "prefill" | "decode"; empty = not inference
+  std::string phase;                                  // "prefill" | "decode"; empty = not inference
   nlohmann::json headers = nlohmann::json::object();  // lower-case names
-  nlohmann::json body;       // parsed JSON, the raw text, or null when empty
-                             // or not kept
+  nlohmann::json body;  // parsed JSON, the raw text, or null when empty
+                        // or not kept
   size_t body_bytes = 0;
   bool body_truncated = false;  // too large to keep
-  int status = 0;            // HTTP status sent; 0 = none (yet)
-  std::string fault;         // kind of the fault that fired; empty = none
-  double ended_at = 0;       // 0 while open
+  int status = 0;               // HTTP status sent; 0 = none (yet)
+  std::string fault;            // kind of the fault that fired; empty = none
+  double ended_at = 0;          // 0 while open
   RequestEnd end = RequestEnd::kOpen;
   int tokens_sent = 0;
 

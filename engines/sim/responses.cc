@@ -68,8 +68,7 @@ std::string Dump(const nlohmann::json& json) {
 }
 
 std::string Dump(const OrderedJson& json) {
-  return json.dump(-1, ' ', false,
-                   nlohmann::ordered_json::error_handler_t::replace);
+  return json.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string ErrorBody(const ApiError& error) {
@@ -77,24 +76,20 @@ std::string ErrorBody(const ApiError& error) {
       {"error",
        {{"message", error.message},
         {"type", error.type},
-        {"param", error.param.has_value() ? OrderedJson(*error.param)
-                                          : OrderedJson(nullptr)},
+        {"param", error.param.has_value() ? OrderedJson(*error.param) : OrderedJson(nullptr)},
         {"code", error.status}}}};
   return Dump(body);
 }
 
 std::string ErrorFrame(absl::string_view message, absl::string_view type,
                        const nlohmann::json& code) {
-  const std::string code_text =
-      code.is_string() ? PyString(code.get<std::string>()) : Dump(code);
+  const std::string code_text = code.is_string() ? PyString(code.get<std::string>()) : Dump(code);
   return absl::StrCat("data: {\"error\": {\"message\": ", PyString(message),
-                      ", \"type\": ", PyString(type),
-                      ", \"param\": null, \"code\": ", code_text, "}}\n\n");
+                      ", \"type\": ", PyString(type), ", \"param\": null, \"code\": ", code_text,
+                      "}}\n\n");
 }
 
-std::string SseEvent(const OrderedJson& json) {
-  return absl::StrCat("data: ", Dump(json), "\n\n");
-}
+std::string SseEvent(const OrderedJson& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }
 
 const std::string& DoneEvent() {
   static const auto* const kDone = new std::string("data: [DONE]\n\n");
@@ -119,11 +114,10 @@ OrderedJson UsageJson(const Usage& usage) {
 
 OrderedJson RoleChunk(const ResponseContext& ctx) {
   OrderedJson chunk = ChunkHead(ctx);
-  chunk["choices"] = OrderedJson::array(
-      {{{"index", 0},
-        {"delta", {{"role", "assistant"}, {"content", ""}}},
-        {"logprobs", nullptr},
-        {"finish_reason", nullptr}}});
+  chunk["choices"] = OrderedJson::array({{{"index", 0},
+                                          {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", nullptr}}});
   return chunk;
 }
 
@@ -146,14 +140,12 @@ OrderedJson TokenChunk(const ResponseContext& ctx, absl::string_view text,
   if (ctx.api == Api::kChat) {
     choice["delta"] = {{"content", std::string(text)}};
     choice["logprobs"] = nullptr;
-    choice["finish_reason"] =
-        finish_reason.has_value() ? OrderedJson(*finish_reason) : nullptr;
+    choice["finish_reason"] = finish_reason.has_value() ? OrderedJson(*finish_reason) : nullptr;
     if (finish_reason.has_value()) choice["stop_reason"] = nullptr;
   } else {
     choice["text"] = std::string(text);
     choice["logprobs"] = nullptr;
-    choice["finish_reason"] =
-        finish_reason.has_value() ? OrderedJson(*finish_reason) : nullptr;
+    choice["finish_reason"] = finish_reason.has_value() ? OrderedJson(*finish_reason) : nullptr;
     choice["stop_reason"] = nullptr;
   }
   chunk["choices"] = OrderedJson::array({std::move(choice)});
@@ -204,8 +196,7 @@ OrderedJson FullBody(const ResponseContext& ctx, absl::string_view text,
           {"kv_transfer_params", kv_transfer_params}};
 }
 
-OrderedJson ModelList(absl::string_view model, int max_model_len,
-                      int64_t created) {
+OrderedJson ModelList(absl::string_view model, int max_model_len, int64_t created) {
   OrderedJson permission = {{"id", absl::StrCat("modelperm-", created)},
                             {"object", "model_permission"},
                             {"created", created},

@@ -87,8 +87,7 @@ OrderedJson FullBody(const ResponseContext& ctx, absl::string_view text,
                      const OrderedJson& kv_transfer_params);
 
 // GET /v1/models.
-OrderedJson ModelList(absl::string_view model, int max_model_len,
-                      int64_t created);
+OrderedJson ModelList(absl::string_view model, int max_model_len, int64_t created);
 
 }  // namespace narwhal::sim
 

@@ -47,6 +47,10 @@ void AddControlRoutes(httplib::Server& server, EngineState& state);
 // DELETE /sim/prefix_cache empties it and zeroes them. Control routes.
 void AddPrefixCacheRoutes(httplib::Server& server, EngineState& state);
 
+// GET /sim/kv_events: the KV-event publisher's counters; POST /sim/kv_events
+// injects its faults (engines/sim/kv_event_routes.cc). 404 when events are
+// off. Control routes.
+void AddKvEventRoutes(httplib::Server& server, EngineState& state);
 // True when `req` may use /v1/* (no key configured, or the right one sent).
 bool Authorized(const EngineState& state, const httplib::Request& req);
 

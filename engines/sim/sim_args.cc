@@ -12,19 +12,16 @@ absl::Status Bad(absl::string_view flag, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(flag, ": ", what));
 }
 
-absl::Status ReadInt(absl::string_view flag, const std::string& text, int lo,
-                     int hi, int* out) {
+absl::Status ReadInt(absl::string_view flag, const std::string& text, int lo, int hi, int* out) {
   int value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < lo || value > hi) {
-    return Bad(flag, absl::StrCat("must be an integer ", lo, "..", hi,
-                                  ", got \"", text, "\""));
+    return Bad(flag, absl::StrCat("must be an integer ", lo, "..", hi, ", got \"", text, "\""));
   }
   *out = value;
   return absl::OkStatus();
 }
 
-absl::Status ReadNonNegative(absl::string_view flag, const std::string& text,
-                             double* out) {
+absl::Status ReadNonNegative(absl::string_view flag, const std::string& text, double* out) {
   double value = 0;
   if (!absl::SimpleAtod(text, &value) || !std::isfinite(value) || value < 0) {
     return Bad(flag, absl::StrCat("must be a number >= 0, got \"", text, "\""));
@@ -53,16 +50,25 @@ const char* SimUsage() {
          "  --fingerprint S                 system_fingerprint (default vllm-<version>-<hash>)\n"
          "  --kv-load-failure-policy fail|recompute  on a failed KV pull (default fail)\n"
          "  --api-key-env VAR               require this env var's key on /v1/* (default none)\n"
-         "  --prefix-cache-blocks N         prefix cache size in 16-token blocks, 0 = off (default 0)\n"
+         "  --prefix-cache-blocks N         prefix cache size in 16-token blocks, 0 = off (default "
+         "0)\n"
+         "  --block-size N                  tokens per prefix-cache block (default 16)\n"
+         "  --kv-events-port N              publish KV-cache events on this port, 0 picks one "
+         "(default off)\n"
+         "  --kv-events-replay-port N       answer replay requests on this port, 0 picks one "
+         "(default off)\n"
+         "  --kv-events-encoding map|array  events as maps (vLLM >= 0.24) or arrays (<= 0.23) "
+         "(default map)\n"
+         "  --kv-events-topic T             the events' topic frame (default empty)\n"
          "  --prefill-lanes N               prefills computed at once, 0 = unlimited (default 0)\n"
-         "  --enable-prompt-tokens-details  usage carries prompt_tokens_details.cached_tokens (default off)\n"
+         "  --enable-prompt-tokens-details  usage carries prompt_tokens_details.cached_tokens "
+         "(default off)\n"
          "  --exit-on-stdin-eof             exit when stdin closes (default off)\n"
          "  --version                       print the version and exit\n"
          "  --help, -h                      print this help and exit\n";
 }
 
-absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
-                                     const EnvLookup& env) {
+absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args, const EnvLookup& env) {
   SimArgs parsed;
   SimOptions& o = parsed.options;
   bool have_port = false;
@@ -96,8 +102,7 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
       continue;
     }
     if (flag.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", flag, "\""));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", flag, "\""));
     }
     if (!inline_value) {
       if (i + 1 >= args.size()) return Bad(flag, "missing value");
@@ -141,6 +146,17 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
       status = ReadInt(flag, value, 1, 10000, &o.threads);
     } else if (flag == "--prefix-cache-blocks") {
       status = ReadInt(flag, value, 0, 1 << 24, &o.prefix_cache_blocks);
+    } else if (flag == "--block-size") {
+      status = ReadInt(flag, value, 1, 4096, &o.block_size);
+    } else if (flag == "--kv-events-port") {
+      status = ReadInt(flag, value, 0, 65535, &o.kv_events_port);
+    } else if (flag == "--kv-events-replay-port") {
+      status = ReadInt(flag, value, 0, 65535, &o.kv_events_replay_port);
+    } else if (flag == "--kv-events-encoding") {
+      if (value != "map" && value != "array") return Bad(flag, "must be map or array");
+      o.kv_events_map = value == "map";
+    } else if (flag == "--kv-events-topic") {
+      o.kv_events_topic = value;
     } else if (flag == "--prefill-lanes") {
       status = ReadInt(flag, value, 0, 1024, &o.prefill_lanes);
     } else if (flag == "--vllm-version") {
@@ -161,13 +177,11 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
     } else if (flag == "--api-key-env") {
       std::string key;
       if (value.empty() || !env(value, &key) || key.empty()) {
-        return Bad(flag, absl::StrCat("environment variable \"", value,
-                                      "\" is not set or empty"));
+        return Bad(flag, absl::StrCat("environment variable \"", value, "\" is not set or empty"));
       }
       o.api_key = key;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag \"", flag, "\""));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag \"", flag, "\""));
     }
     if (!status.ok()) return status;
   }

@@ -35,8 +35,7 @@ struct SimArgs {
 using EnvLookup = std::function<bool(const std::string& name, std::string* value)>;
 
 // Parses the arguments after the program name. Errors name the flag.
-absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args,
-                                     const EnvLookup& env);
+absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args, const EnvLookup& env);
 
 // The usage text printed for --help and after an argument error.
 const char* SimUsage();

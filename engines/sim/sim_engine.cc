@@ -27,8 +27,7 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(10);
 
 void IgnoreSigpipe() {
   struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
-      current.sa_handler == SIG_DFL) {
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
 }
@@ -48,8 +47,7 @@ struct SimEngine::Impl {
   bool stopped ABSL_GUARDED_BY(mu) = false;
 };
 
-SimEngine::SimEngine(SimOptions options)
-    : impl_(std::make_unique<Impl>(std::move(options))) {}
+SimEngine::SimEngine(SimOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 SimEngine::~SimEngine() { Stop(); }
 
@@ -81,8 +79,7 @@ absl::Status SimEngine::Start() {
   });
   // vLLM never compresses responses; httplib would (and would buffer event
   // streams doing so) for clients that accept gzip or br.
-  server.set_pre_routing_handler([](const httplib::Request& req,
-                                    httplib::Response&) {
+  server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
     const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -95,10 +92,33 @@ absl::Status SimEngine::Start() {
   server.set_tcp_nodelay(true);
   server.set_keep_alive_max_count(1000);
   server.set_payload_max_length(kMaxRequestBytes);
+  if (options.kv_events_port >= 0) {
+    absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher =
+        KvEventPublisher::Start(KvEventOptions{.host = options.host,
+                                               .port = options.kv_events_port,
+                                               .replay_port = options.kv_events_replay_port,
+                                               .map_events = options.kv_events_map,
+                                               .topic = options.kv_events_topic,
+                                               .buffer_steps = 10000});
+    if (!publisher.ok()) {
+      impl.stopped = true;
+      return publisher.status();
+    }
+    impl.state.kv_events = *std::move(publisher);
+    impl.state.prefix_cache.SetSink(impl.state.kv_events.get());
+    impl.state.log.Info(
+        absl::StrCat("KV events on tcp://", options.host, ":", impl.state.kv_events->port(),
+                     impl.state.kv_events->replay_port() >= 0
+                         ? absl::StrCat(", replay on port ", impl.state.kv_events->replay_port())
+                         : std::string(", no replay"),
+                     " (", options.kv_events_map ? "map" : "array", " events, block size ",
+                     options.block_size, ")"));
+  }
   AddServiceRoutes(server, impl.state);
   AddInferenceRoutes(server, impl.state);
   AddControlRoutes(server, impl.state);
   AddPrefixCacheRoutes(server, impl.state);
+  AddKvEventRoutes(server, impl.state);
 
   errno = 0;
   int port = -1;
@@ -122,8 +142,7 @@ absl::Status SimEngine::Start() {
     impl.thread_done = true;
   });
   const absl::Time deadline = absl::Now() + kStartTimeout;
-  while (!server.is_running() && !impl.thread_done &&
-         absl::Now() < deadline) {
+  while (!server.is_running() && !impl.thread_done && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   if (!server.is_running()) {
@@ -131,12 +150,11 @@ absl::Status SimEngine::Start() {
     server.stop();
     impl.thread.join();
     impl.stopped = true;
-    return absl::InternalError(
-        absl::StrCat("server on port ", port, " did not start"));
+    return absl::InternalError(absl::StrCat("server on port ", port, " did not start"));
   }
-  impl.state.log.Info(absl::StrCat(
-      "listening on ", options.host, ":", port, " (model ", options.model,
-      ", role ", RoleName(options.role), ", vllm ", options.vllm_version, ")"));
+  impl.state.log.Info(absl::StrCat("listening on ", options.host, ":", port, " (model ",
+                                   options.model, ", role ", RoleName(options.role), ", vllm ",
+                                   options.vllm_version, ")"));
   return absl::OkStatus();
 }
 
@@ -151,6 +169,8 @@ void SimEngine::Stop() {
   // the join below) for the whole keep-alive timeout.
   ShutdownAcceptedSockets(impl.state.port.load());
   if (impl.thread.joinable()) impl.thread.join();
+  impl.state.prefix_cache.SetSink(nullptr);
+  impl.state.kv_events.reset();
   impl.state.log.Info("stopped");
 }
 

@@ -27,14 +27,13 @@ absl::string_view PolicyName(KvLoadFailurePolicy policy) {
 std::string EffectiveFingerprint(const SimOptions& options) {
   if (!options.system_fingerprint.empty()) return options.system_fingerprint;
   char hex[9];
-  std::snprintf(hex, sizeof(hex), "%08" PRIx32,
-                static_cast<uint32_t>(Fnv1a64(options.engine_id)));
+  std::snprintf(hex, sizeof(hex), "%08" PRIx32, static_cast<uint32_t>(Fnv1a64(options.engine_id)));
   return absl::StrCat("vllm-", options.vllm_version, "-", hex);
 }
 
 std::string AdvertisedHost(const SimOptions& options) {
-  if (options.host.empty() || options.host == "0.0.0.0" ||
-      options.host == "::" || options.host == "[::]") {
+  if (options.host.empty() || options.host == "0.0.0.0" || options.host == "::" ||
+      options.host == "[::]") {
     return "127.0.0.1";
   }
   return options.host;

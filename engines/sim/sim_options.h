@@ -70,6 +70,15 @@ struct SimOptions {
   int prefill_lanes = 0;
   // When non-empty, /v1/* requires "Authorization: Bearer <api_key>".
   std::string api_key;
+  // Tokens per prefix-cache block (vLLM's --block-size).
+  int block_size = 16;
+  // KV-cache events (engines/sim/kv_event_publisher.h): the PUB's port (0
+  // picks a free one; -1: no events), the replay ROUTER's (-1: none), the
+  // events' form (maps as vLLM >= 0.24, or arrays as <= 0.23) and topic.
+  int kv_events_port = -1;
+  int kv_events_replay_port = -1;
+  bool kv_events_map = true;
+  std::string kv_events_topic;
 };
 
 // "prefill", "decode" or "both".

@@ -15,16 +15,14 @@ uint64_t Fnv1a64(absl::string_view data) {
 
 const std::vector<std::string>& Vocabulary() {
   static const auto* const kWords = new std::vector<std::string>{
-      "the",    "river",  "stone",  "light",  "quiet",  "north",  "whale",
-      "tide",   "harbor", "signal", "cold",   "bright", "deep",   "current",
-      "shore",  "wind",   "salt",   "drift",  "silver", "moon",   "wave",
-      "reef",   "ice",    "song",   "path",   "field",  "cloud",  "storm",
-      "island", "pod",    "blue",   "fjord",  "echo",   "slow",   "swift",
-      "calm",   "open",   "far",    "near",   "under",  "over",   "and",
-      "of",     "to",     "in",     "a",      "with",   "from",   "into",
-      "across", "beyond", "distant", "old",    "new",    "long",   "small",
-      "great",  "clear",  "dark",   "warm",   "green",  "gray",   "white",
-      "red"};
+      "the",    "river",  "stone",  "light",   "quiet",  "north",   "whale", "tide",
+      "harbor", "signal", "cold",   "bright",  "deep",   "current", "shore", "wind",
+      "salt",   "drift",  "silver", "moon",    "wave",   "reef",    "ice",   "song",
+      "path",   "field",  "cloud",  "storm",   "island", "pod",     "blue",  "fjord",
+      "echo",   "slow",   "swift",  "calm",    "open",   "far",     "near",  "under",
+      "over",   "and",    "of",     "to",      "in",     "a",       "with",  "from",
+      "into",   "across", "beyond", "distant", "old",    "new",     "long",  "small",
+      "great",  "clear",  "dark",   "warm",    "green",  "gray",    "white", "red"};
   return *kWords;
 }
 

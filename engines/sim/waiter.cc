@@ -14,8 +14,7 @@ WaitEnd Waiter::Sleep(absl::Duration duration) const {
   const absl::Time deadline = absl::Now() + duration;
   for (;;) {
     if (stop_->HasBeenNotified()) return WaitEnd::kStopped;
-    const absl::Duration left =
-        std::max(absl::ZeroDuration(), deadline - absl::Now());
+    const absl::Duration left = std::max(absl::ZeroDuration(), deadline - absl::Now());
     const timespec slice = absl::ToTimespec(std::min(left, kMaxSlice));
     // POLLRDHUP: the peer shut its side; data it may have pipelined does
     // not wake the wait. POLLHUP / POLLERR are always reported.

@@ -21,8 +21,7 @@ class Waiter {
 
   // `peer` may be invalid (then only the engine stopping ends a wait
   // early). `stop` must outlive this.
-  Waiter(const StopSignal* stop, engines::PeerSocket peer)
-      : stop_(stop), peer_(peer) {}
+  Waiter(const StopSignal* stop, engines::PeerSocket peer) : stop_(stop), peer_(peer) {}
 
   // Waits `duration` (nothing for <= 0, but still reports a gone client or
   // a stopped engine).

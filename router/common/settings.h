@@ -37,6 +37,11 @@ struct EngineSettings {
   // kv_engine_id.
   std::string dns = {};  // host name as written; "" for an engine given by url
   int port = 0;          // 1-65535 with dns, else 0
+  // KV-cache events (SPEC §14): "tcp://host:port" of the engine's publisher
+  // and of its replay socket; "" = none. A DNS group's are its members'
+  // with each member's address (MemberSettings).
+  std::string kv_events = {};
+  std::string kv_events_replay = {};
   bool is_dns_group() const { return !dns.empty(); }
 };
 
@@ -175,6 +180,15 @@ struct MembershipSettings {
   double config_poll_s = 2;     // B20: content check of the config file; 0 = SIGHUP only
 };
 
+// The engines' KV-cache events (router/fleet/kv_subscriber.h).
+struct KvEventsSettings {
+  std::string topic;           // the SUB's prefix filter
+  int block_size = 16;         // tokens per block
+  double replay_timeout_s = 2;  // one replay of a gap, then cold
+  int max_blocks_per_engine = 262144;
+  friend bool operator==(const KvEventsSettings&, const KvEventsSettings&) = default;
+};
+
 struct Settings {
   std::string model;  // served model name (required)
   ListenSettings listen;
@@ -191,6 +205,7 @@ struct Settings {
   LinkSettings links;
   DiscoverySettings discovery;
   MembershipSettings membership;
+  KvEventsSettings kv_events;
 };
 
 }  // namespace narwhal::router

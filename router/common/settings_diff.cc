@@ -127,6 +127,11 @@ const std::vector<KeyRow>& KeyRows() {
        &SameKey<&S::membership, &MembershipSettings::drain_timeout_s>},
       {"membership.remember_s", &SameKey<&S::membership, &MembershipSettings::remember_s>},
       {"membership.config_poll_s", &SameKey<&S::membership, &MembershipSettings::config_poll_s>},
+      {"kv_events.topic", &SameKey<&S::kv_events, &KvEventsSettings::topic>},
+      {"kv_events.block_size", &SameKey<&S::kv_events, &KvEventsSettings::block_size>},
+      {"kv_events.replay_timeout_s", &SameKey<&S::kv_events, &KvEventsSettings::replay_timeout_s>},
+      {"kv_events.max_blocks_per_engine",
+       &SameKey<&S::kv_events, &KvEventsSettings::max_blocks_per_engine>},
   };
   return rows;
 }
@@ -139,6 +144,8 @@ std::vector<std::string> EngineDifferences(const EngineSettings& a, const Engine
   if (a.kv_engine_id != b.kv_engine_id) fields.push_back("kv_engine_id");
   if (a.dns != b.dns) fields.push_back("dns");
   if (a.port != b.port) fields.push_back("port");
+  if (a.kv_events != b.kv_events) fields.push_back("kv_events");
+  if (a.kv_events_replay != b.kv_events_replay) fields.push_back("kv_events_replay");
   return fields;
 }
 
@@ -158,7 +165,8 @@ const std::vector<std::string_view>& RestartKeyPatterns() {
   // the event loops and the HTTP door's connection table sized, its head
   // and body bounds and the clients' API key set (and the gRPC server's
   // message bound derived) at start-up; the model name is what every engine
-  // was checked against.
+  // was checked against; the KV-event subscriber's topic, block size and
+  // bounds are fixed when it starts (the engines' endpoints follow reloads).
   static const std::vector<std::string_view> patterns = {
       "model",
       "listen.*",
@@ -172,6 +180,7 @@ const std::vector<std::string_view>& RestartKeyPatterns() {
       "serving.max_headers",
       "serving.header_timeout_s",
       "serving.keepalive_timeout_s",
+      "kv_events.*",
   };
   return patterns;
 }

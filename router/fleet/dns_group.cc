@@ -14,6 +14,13 @@ bool IsIidChar(char c) {
 
 }  // namespace
 
+std::string MemberEndpoint(std::string_view endpoint, std::string_view member_host) {
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.empty() || colon == std::string_view::npos) return std::string(endpoint);
+  return absl::StrCat("tcp://", absl::string_view(member_host.data(), member_host.size()),
+                      absl::string_view(endpoint.data() + colon, endpoint.size() - colon));
+}
+
 std::vector<DnsGroupMember> DnsGroupMembers(std::string_view group_iid, int port,
                                             const std::vector<std::string>& addresses) {
   std::vector<DnsGroupMember> members;
@@ -27,8 +34,8 @@ std::vector<DnsGroupMember> DnsGroupMembers(std::string_view group_iid, int port
     const bool v6 = address.find(':') != std::string::npos;
     DnsGroupMember member;
     member.iid = absl::StrCat(group, "-", iid_address, "-", port);
-    member.url = v6 ? absl::StrCat("http://[", address, "]:", port)
-                    : absl::StrCat("http://", address, ":", port);
+    member.host = v6 ? absl::StrCat("[", address, "]") : address;
+    member.url = absl::StrCat("http://", member.host, ":", port);
     members.push_back(std::move(member));
   }
   return members;

@@ -9,9 +9,14 @@
 
 namespace narwhal::router {
 
+// `endpoint` ("tcp://HOST:PORT", or "") with a member's host instead of HOST:
+// a DNS group's KV-event endpoints name each member at its own address.
+std::string MemberEndpoint(std::string_view endpoint, std::string_view member_host);
+
 struct DnsGroupMember {
   std::string iid;  // "<group iid>-<ADDR>-<PORT>"
   std::string url;  // "http://ADDR:PORT", an IPv6 ADDR in brackets
+  std::string host;  // ADDR, an IPv6 ADDR in brackets
 
   friend bool operator==(const DnsGroupMember&, const DnsGroupMember&) = default;
 };

@@ -175,6 +175,8 @@ engines::Awaitable<void> DnsGroups::Refresh() {
       e.url = m.url;
       e.role = entry.role;
       e.kv_engine_id = entry.kv_engine_id;
+      e.kv_events = MemberEndpoint(entry.kv_events, m.host);
+      e.kv_events_replay = MemberEndpoint(entry.kv_events_replay, m.host);
       members.push_back(std::move(e));
     }
     const MembershipChange change = fleet_.Reconcile(source, members);

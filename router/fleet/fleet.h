@@ -158,6 +158,7 @@ class Fleet : private FleetControl, private FleetAdmin {
   std::optional<engines::EngineTarget> Target(const std::string& iid) const override;
   std::optional<EngineSnapshot> Snapshot(const std::string& iid) const override;
   bool Checked(const std::string& iid) const override;
+  std::vector<KvEndpoint> KvEndpoints() const override;
   void RecordFailure(const engines::EngineFailure& failure, const std::string& producer) override;
   void RecordSuccess(const std::string& iid, Success kind) override;
   void RecordLinkSuccess(const std::string& producer, const std::string& consumer) override;
@@ -268,6 +269,9 @@ class Fleet : private FleetControl, private FleetAdmin {
     int join_failures = 0;
     bool join_running = false;
     std::string join_failure;  // the last one's cause
+    // KV-event endpoints (a reload may change them in place).
+    std::string kv_events;
+    std::string kv_events_replay;
   };
   // An engine that left the fleet and still has legs in flight (B23).
   struct Leaving {

@@ -44,6 +44,9 @@ class FleetControl {
   virtual std::optional<EngineSnapshot> Snapshot(const std::string& iid) const = 0;
   // Whether engine `iid` passed a check since start (counts for Ready).
   virtual bool Checked(const std::string& iid) const = 0;
+  // The members that publish KV-cache events, in order (leaving engines
+  // excluded: their index goes when they leave).
+  virtual std::vector<KvEndpoint> KvEndpoints() const = 0;
 
   // --- evidence from outside the request path ---
   // Breaker evidence from a failed leg (uses failure.evidence_iid and

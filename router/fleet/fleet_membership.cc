@@ -82,6 +82,8 @@ size_t Fleet::AddMemberLocked(const EngineSettings& engine, const MemberSource& 
   m.next_scrape = now;
   m.joining = joining;
   m.next_join_check = now;
+  m.kv_events = engine.kv_events;
+  m.kv_events_replay = engine.kv_events_replay;
   members_.push_back(std::move(m));
   if (events != nullptr && !joining) {
     events->push_back(MembershipEvent(FleetEventKind::kEngineJoined, engine, source,
@@ -241,7 +243,13 @@ MembershipChange Fleet::Reconcile(const MemberSource& source,
       if (!(members_[i].source == source)) continue;
       const EngineSettings current = members_[i].engine->settings();
       const EngineSettings* want = wanted(current.iid);
-      if (want != nullptr && SameIncarnation(current, *want)) continue;
+      if (want != nullptr && SameIncarnation(current, *want)) {
+        // Unchanged: it keeps every state; its KV-event endpoints follow
+        // the source (the subscriber resubscribes).
+        members_[i].kv_events = want->kv_events;
+        members_[i].kv_events_replay = want->kv_events_replay;
+        continue;
+      }
       RemoveMemberLocked(i, want == nullptr ? "gone from " + source.Name()
                                             : "changed in " + source.Name(),
                          &breaker, &events);
@@ -279,6 +287,17 @@ MembershipChange Fleet::Reconcile(const MemberSource& source,
     Publish(e);
   }
   return change;
+}
+
+std::vector<KvEndpoint> Fleet::KvEndpoints() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<KvEndpoint> out;
+  for (const Member& m : members_) {
+    if (!m.kv_events.empty()) {
+      out.push_back(KvEndpoint{m.engine->iid(), m.kv_events, m.kv_events_replay});
+    }
+  }
+  return out;
 }
 
 std::vector<JoinTask> Fleet::TakeDueJoinChecks() {

@@ -26,6 +26,17 @@ void FleetMonitor::Stop() {
   tasks_.Wait();  // the loop (it reads `stop` until it ends) and its probes
 }
 
+void FleetMonitor::FollowKvEndpoints() {
+  if (kv_ == nullptr) return;
+  std::vector<KvEndpoint> endpoints = fleet_.KvEndpoints();
+  if (kv_endpoints_ == endpoints) return;
+  std::vector<kv::KvSource> sources;
+  sources.reserve(endpoints.size());
+  for (const KvEndpoint& e : endpoints) sources.push_back(kv::KvSource{e.iid, e.events, e.replay});
+  kv_->SetSources(std::move(sources));
+  kv_endpoints_ = std::move(endpoints);
+}
+
 engines::Awaitable<void> FleetMonitor::Loop(engines::CancelToken* stop) {
   const Clock& clock = prober_.clock();
   while (!stop->cancelled()) {
@@ -39,6 +50,7 @@ engines::Awaitable<void> FleetMonitor::Loop(engines::CancelToken* stop) {
     for (JoinTask& task : fleet_.TakeDueJoinChecks())
       tasks_.Spawn(prober_.RunJoin(std::move(task)));
     fleet_.SweepLeaving();
+    FollowKvEndpoints();
     if (!co_await engines::SleepUntil(clock, tasks_.executor(), clock.Now() + tick_, stop)) break;
   }
 }

@@ -55,19 +55,26 @@ struct KvSubscriber::Conn {
 };
 
 KvSubscriber::KvSubscriber(const Clock& clock, KvSubscriberOptions options, Metrics* metrics)
-    : clock_(clock), options_(std::move(options)), metrics_(metrics) {
-  thread_ = std::thread([this] { Run(); });
-}
+    : clock_(clock), options_(std::move(options)), metrics_(metrics) {}
 
 KvSubscriber::~KvSubscriber() { Stop(); }
 
 void KvSubscriber::Stop() {
-  stop_ = true;
-  if (thread_.joinable()) thread_.join();
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    stop_ = true;
+    thread = std::move(thread_);
+  }
+  if (thread.joinable()) thread.join();  // the thread takes pending_mu_ itself
 }
 
 void KvSubscriber::SetSources(std::vector<KvSource> sources) {
   std::lock_guard<std::mutex> lock(pending_mu_);
+  if (stop_) return;
+  // The thread starts with the first source: a fleet without KV events
+  // costs nothing.
+  if (!thread_.joinable() && !sources.empty()) thread_ = std::thread([this] { Run(); });
   pending_sources_ = std::move(sources);
 }
 

@@ -1,7 +1,8 @@
 // KvSubscriber: the router's subscriptions to its engines' KV-cache events
 // and the per-engine block indexes they keep (SPEC §14, B26).
 //
-// One thread of its own, off the request path, polls every engine's ZMQ SUB
+// One thread of its own (started with the first source), off the request
+// path, polls every engine's ZMQ SUB
 // socket (vLLM's 3-frame messages [topic, seq, payload]), a socket monitor
 // per SUB (a lost connection makes the engine cold), and a DEALER per engine
 // while a replay runs (a fresh one per replay: replies of an abandoned

@@ -45,6 +45,16 @@ struct MembershipChange {
   bool empty() const { return joined.empty() && left.empty() && changed.empty(); }
 };
 
+// Where a member publishes its KV-cache events (SPEC §14): what the
+// subscriber follows. Endpoints change with reloads without the engine
+// leaving.
+struct KvEndpoint {
+  std::string iid;
+  std::string events;  // "tcp://host:port"
+  std::string replay;  // "" when none
+  friend bool operator==(const KvEndpoint&, const KvEndpoint&) = default;
+};
+
 }  // namespace narwhal::router
 
 #endif  // NARWHAL_ROUTER_FLEET_MEMBERSHIP_H_

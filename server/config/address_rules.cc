@@ -161,4 +161,16 @@ bool IsIidChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
 }
 
+std::optional<std::string> ZmqEndpointError(std::string_view endpoint) {
+  constexpr std::string_view kScheme = "tcp://";
+  if (endpoint.substr(0, kScheme.size()) != kScheme) return "the scheme must be tcp://";
+  const std::string_view rest = endpoint.substr(kScheme.size());
+  const std::string_view host = rest.substr(0, rest.rfind(':'));
+  if (host == "*" || host == "0.0.0.0" || host == "[::]") {
+    return "a bind wildcard names no engine (vLLM binds it; the router connects to the engine's "
+           "address)";
+  }
+  return HostPortError(rest, 1);
+}
+
 }  // namespace narwhal::server::config_file

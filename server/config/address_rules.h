@@ -27,6 +27,9 @@ std::optional<std::string> EngineUrlError(const std::string& url, std::string* n
 // spelled as inet_aton takes them, e.g. 10.1 or 0x0a000001); IPv6 addresses
 // in their RFC 5952 form.
 std::string HostIdentity(std::string_view host);
+// Why `endpoint` is not a ZeroMQ TCP endpoint the router can connect to
+// (tcp://HOST:PORT, port 1-65535, HOST not a bind wildcard), or nullopt.
+std::optional<std::string> ZmqEndpointError(std::string_view endpoint);
 // Why `name` is not a DNS host name, or nullopt.
 std::optional<std::string> DnsNameError(std::string_view name);
 bool IsEnvVarName(const std::string& s);

@@ -137,6 +137,8 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
     }
     engine->set_role(router::RoleName(e.role));
     if (!e.kv_engine_id.empty()) engine->set_kv_engine_id(e.kv_engine_id);
+    if (!e.kv_events.empty()) engine->set_kv_events(e.kv_events);
+    if (!e.kv_events_replay.empty()) engine->set_kv_events_replay(e.kv_events_replay);
   }
   if (s.engine_contract) {
     const router::EngineContract& in = *s.engine_contract;
@@ -218,6 +220,11 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   membership->set_drain_timeout_s(s.membership.drain_timeout_s);
   membership->set_remember_s(s.membership.remember_s);
   membership->set_config_poll_s(s.membership.config_poll_s);
+  pb::KvEvents* kv_events = c.mutable_kv_events();
+  kv_events->set_topic(s.kv_events.topic);
+  kv_events->set_block_size(s.kv_events.block_size);
+  kv_events->set_replay_timeout_s(s.kv_events.replay_timeout_s);
+  kv_events->set_max_blocks_per_engine(s.kv_events.max_blocks_per_engine);
   return c;
 }
 

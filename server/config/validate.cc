@@ -143,6 +143,22 @@ bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* 
                        absl::StrCat(Quote(out->dns), " port ", out->port), iid, seen);
   }
   f.String(E::kKvEngineIdFieldNumber, &out->kv_engine_id);
+  for (const auto& [number, field] : {std::pair{E::kKvEventsFieldNumber, &out->kv_events},
+                                      std::pair{E::kKvEventsReplayFieldNumber,
+                                                &out->kv_events_replay}}) {
+    std::string endpoint;
+    if (!f.String(number, &endpoint) || !f.Present(number)) continue;
+    if (std::optional<std::string> why = ZmqEndpointError(endpoint)) {
+      f.Error(number, absl::StrCat("must be tcp://host:port: ", *why, " (got ",
+                                   Quote(WithoutUserinfo(endpoint)), ")"));
+    } else {
+      *field = endpoint;
+    }
+  }
+  if (f.Present(E::kKvEventsReplayFieldNumber) && !f.Present(E::kKvEventsFieldNumber)) {
+    f.Error(E::kKvEventsReplayFieldNumber,
+            absl::StrCat("is only valid with ", f.PathOf(E::kKvEventsFieldNumber)));
+  }
   std::string role = "both";
   const bool role_ok = f.String(E::kRoleFieldNumber, &role);
   out->role = RoleNamed(role);
@@ -387,6 +403,14 @@ void ValidateDiscovery(const Fields& f, const pb::Discovery& discovery,
   }
 }
 
+void ValidateKvEvents(const Fields& f, router::KvEventsSettings* out) {
+  using K = pb::KvEvents;
+  f.String(K::kTopicFieldNumber, &out->topic);
+  f.Int(K::kBlockSizeFieldNumber, &out->block_size);
+  f.Number(K::kReplayTimeoutSFieldNumber, &out->replay_timeout_s);
+  f.Int(K::kMaxBlocksPerEngineFieldNumber, &out->max_blocks_per_engine);
+}
+
 void ValidateMembership(const Fields& f, router::MembershipSettings* out) {
   using M = pb::Membership;
   f.Bool(M::kJoinChecksFieldNumber, &out->join_checks);
@@ -464,6 +488,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   }
   if (config.has_membership()) {
     ValidateMembership(section(F::kMembershipFieldNumber, config.membership()), &s.membership);
+  }
+  if (config.has_kv_events()) {
+    ValidateKvEvents(section(F::kKvEventsFieldNumber, config.kv_events()), &s.kv_events);
   }
   if (request_ok && lease_ok) {
     const std::optional<Fields> serving =

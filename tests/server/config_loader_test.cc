@@ -606,6 +606,35 @@ std::string ParsedUrl(const std::string& url) {
   return MustLoad(config).engines[0].url;
 }
 
+TEST(ConfigKvEvents, B26_EndpointsAreTcpHostPortTheRouterConnectsTo) {
+  json config = MinimalConfig();
+  config["engines"][0]["kv_events"] = "tcp://10.0.0.11:5557";
+  config["engines"][0]["kv_events_replay"] = "tcp://10.0.0.11:5558";
+  config["kv_events"] = {{"topic", "kv@"}, {"block_size", 32}};
+  const Settings s = MustLoad(config);
+  EXPECT_EQ(s.engines[0].kv_events, "tcp://10.0.0.11:5557");
+  EXPECT_EQ(s.engines[0].kv_events_replay, "tcp://10.0.0.11:5558");
+  EXPECT_EQ(s.engines[1].kv_events, "");
+  EXPECT_EQ(s.kv_events.topic, "kv@");
+  EXPECT_EQ(s.kv_events.block_size, 32);
+  EXPECT_EQ(s.kv_events.replay_timeout_s, 2);
+
+  // vLLM binds "tcp://*:5557"; the router must be given the engine's address.
+  config["engines"][0]["kv_events"] = "tcp://*:5557";
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_events must be tcp://host:port: a bind wildcard");
+  config["engines"][0]["kv_events"] = "ipc:///tmp/kv";
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_events must be tcp://host:port");
+  config["engines"][0]["kv_events"] = "tcp://10.0.0.11:0";
+  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_events");
+  // A replay endpoint alone has no stream to repair.
+  config["engines"][0].erase("kv_events");
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "engines[0].kv_events_replay is only valid with engines[0].kv_events");
+  EXPECT_CONTAINS(LoadErrorOf(With("kv_events", "block_size", 0)), "kv_events.block_size");
+  EXPECT_CONTAINS(LoadErrorOf(With("kv_events", "replay_timeout_s", 0)),
+                  "kv_events.replay_timeout_s");
+}
+
 TEST(ConfigEngineUrl, HttpsNotSupported) {
   EXPECT_CONTAINS(UrlError("https://10.0.0.1:8000"),
                   "engines[0].url must be http://host:port: https is not supported");
@@ -1237,8 +1266,14 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
       "", "engine_contract",
       {{"vllm_version", "v"}, {"model", "m"}, {"max_model_len", 7}, {"system_fingerprint", "fp"}});
   config["engines"][0]["kv_engine_id"] = "engine-p0";
-  config["engines"].push_back(
-      {{"iid", "g"}, {"dns", "g.svc"}, {"port", 80}, {"kv_engine_id", "engine-g"}});
+  config["engines"][0]["kv_events"] = "tcp://10.0.0.11:5557";
+  config["engines"][0]["kv_events_replay"] = "tcp://10.0.0.11:5558";
+  config["engines"].push_back({{"iid", "g"},
+                               {"dns", "g.svc"},
+                               {"port", 80},
+                               {"kv_engine_id", "engine-g"},
+                               {"kv_events", "tcp://g.svc:5557"},
+                               {"kv_events_replay", "tcp://g.svc:5558"}});
   config["listen"] = {{"health", "127.0.0.1:8081"}};
   config["discovery"] = {{"dns_servers", {"127.0.0.1:53"}}};
   Settings s = MustLoad(config);
@@ -1259,6 +1294,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
                                                             &proto.links(),
                                                             &proto.discovery(),
                                                             &proto.membership(),
+                                                            &proto.kv_events(),
                                                             &proto.engine_contract()};
   for (const google::protobuf::Message* m : messages) {
     const google::protobuf::Descriptor* d = m->GetDescriptor();

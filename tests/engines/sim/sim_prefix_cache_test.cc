@@ -6,14 +6,18 @@
 
 #include "engines/sim/prefill_lanes.h"
 #include "engines/sim/prefix_cache.h"
+#include "engines/sim/sim_tokenizer.h"
 
 namespace narwhal::sim {
 namespace {
 
+// A block of the default 16 tokens, 4 characters each.
+constexpr size_t kBlockChars = 64;
+
 std::string Text(const std::string& tag, size_t blocks) {
   std::string text;
-  while (text.size() < blocks * PrefixCache::kBlockChars) text += tag + " system prompt; ";
-  text.resize(blocks * PrefixCache::kBlockChars);
+  while (text.size() < blocks * kBlockChars) text += tag + " system prompt; ";
+  text.resize(blocks * kBlockChars);
   return text;
 }
 
@@ -94,6 +98,98 @@ TEST(SimPrefillLanesTest, PrefillsQueueForTheirLanes) {
   EXPECT_EQ(two.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
   EXPECT_EQ(two.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(30));
   EXPECT_EQ(two.Book(t0, absl::Milliseconds(30)), absl::Milliseconds(60));
+}
+
+}  // namespace
+}  // namespace narwhal::sim
+
+namespace narwhal::sim {
+namespace {
+
+// What the prefix cache tells its sink (the KV-event publisher).
+struct SinkEvent {
+  std::string kind;
+  std::vector<uint64_t> hashes;
+  std::optional<uint64_t> parent;
+  std::vector<uint32_t> tokens;
+};
+class SinkRecorder : public BlockSink {
+ public:
+  void Stored(const std::vector<uint64_t>& hashes, std::optional<uint64_t> parent,
+              std::vector<uint32_t> tokens, uint32_t block_size) override {
+    EXPECT_EQ(block_size, 16u);
+    events.push_back({"stored", hashes, parent, std::move(tokens)});
+  }
+  void Removed(uint64_t hash) override { events.push_back({"removed", {hash}, {}, {}}); }
+  void Cleared() override { events.push_back({"cleared", {}, {}, {}}); }
+  std::vector<SinkEvent> events;
+};
+
+TEST(SimBlockEventsTest, NewBlocksAreToldInChainRunsWithTheirTokens) {
+  PrefixCache cache(100);
+  SinkRecorder sink;
+  cache.SetSink(&sink);
+  const std::string a = Text("a", 3) + " tail";  // 3 full blocks and a partial one
+  cache.LookupAndStore(a, static_cast<int>(a.size() + 3) / 4);
+  ASSERT_EQ(sink.events.size(), 1u);
+  const SinkEvent first = sink.events[0];
+  EXPECT_EQ(first.kind, "stored");
+  EXPECT_EQ(first.hashes.size(), 3u) << "the partial block is not cached";
+  EXPECT_FALSE(first.parent.has_value());
+  // The tokens are the tokenizer's for those blocks' text: what /tokenize
+  // answers for the prompt, up to its last full block.
+  const std::vector<uint32_t> all = SimTokenize(a);
+  EXPECT_EQ(first.tokens, std::vector<uint32_t>(all.begin(), all.begin() + 48));
+
+  // A prompt that shares the first two blocks stores only what is new,
+  // after its parent: block 1 of the chain.
+  sink.events.clear();
+  const std::string b = a.substr(0, 2 * kBlockChars) + Text("b", 2);
+  cache.LookupAndStore(b, static_cast<int>(b.size() + 3) / 4);
+  ASSERT_EQ(sink.events.size(), 1u);
+  EXPECT_EQ(sink.events[0].hashes.size(), 2u);
+  EXPECT_EQ(sink.events[0].parent, first.hashes[1]);
+  // Stored again as a whole: nothing new, nothing told.
+  sink.events.clear();
+  cache.StoreBlocks(a);
+  EXPECT_TRUE(sink.events.empty());
+}
+
+TEST(SimBlockEventsTest, EvictionsAreToldAsRemovals) {
+  PrefixCache cache(4);
+  SinkRecorder sink;
+  cache.SetSink(&sink);
+  const std::string a = Text("a", 3);
+  cache.LookupAndStore(a, 48);
+  sink.events.clear();
+  cache.LookupAndStore(Text("b", 3), 48);  // 6 blocks > 4: two of a's go
+  ASSERT_EQ(sink.events.size(), 3u);
+  EXPECT_EQ(sink.events[0].kind, "stored");
+  EXPECT_EQ(sink.events[1].kind, "removed");
+  EXPECT_EQ(sink.events[2].kind, "removed");
+  EXPECT_NE(sink.events[1].hashes[0], sink.events[2].hashes[0]);
+
+  sink.events.clear();
+  cache.Reset(/*announce=*/false);
+  EXPECT_TRUE(sink.events.empty()) << "a restart is silent";
+  cache.LookupAndStore(a, 48);
+  sink.events.clear();
+  cache.Reset();
+  ASSERT_EQ(sink.events.size(), 1u);
+  EXPECT_EQ(sink.events[0].kind, "cleared");
+}
+
+TEST(SimTokenizerTest, FourCharactersPerTokenAndPrefixStable) {
+  EXPECT_TRUE(SimTokenize("").empty());
+  EXPECT_EQ(SimTokenize("abcd").size(), 1u);
+  EXPECT_EQ(SimTokenize("abcde").size(), 2u);
+  const std::vector<uint32_t> whole = SimTokenize("narwhals live in the arctic");
+  const std::vector<uint32_t> head = SimTokenize("narwhals live in");
+  ASSERT_GE(whole.size(), head.size());
+  EXPECT_TRUE(std::equal(head.begin(), head.end() - 1, whole.begin()))
+      << "ids of a prefix cut at 4-character boundaries are the prompt's";
+  EXPECT_NE(SimTokenize("abcd"), SimTokenize("abce"));
+  for (uint32_t id : whole) EXPECT_LT(id, kSimVocabulary);
 }
 
 }  // namespace

@@ -19,14 +19,15 @@ using ::testing::IsEmpty;
 
 TEST(DnsGroupMembersTest, B24_OneMemberPerAddressWithIidAndUrl) {
   EXPECT_THAT(DnsGroupMembers("decode", 8000, {"10.0.0.7", "10.0.0.12"}),
-              ElementsAre(DnsGroupMember{"decode-10.0.0.7-8000", "http://10.0.0.7:8000"},
-                          DnsGroupMember{"decode-10.0.0.12-8000", "http://10.0.0.12:8000"}));
+              ElementsAre(DnsGroupMember{"decode-10.0.0.7-8000", "http://10.0.0.7:8000", "10.0.0.7"},
+                          DnsGroupMember{"decode-10.0.0.12-8000", "http://10.0.0.12:8000", "10.0.0.12"}));
 }
 
 TEST(DnsGroupMembersTest, B24_Ipv6InBracketsInTheUrlAndDashesInTheIid) {
   EXPECT_THAT(DnsGroupMembers("p", 80, {"fd00::1", "2001:db8::a:b"}),
-              ElementsAre(DnsGroupMember{"p-fd00--1-80", "http://[fd00::1]:80"},
-                          DnsGroupMember{"p-2001-db8--a-b-80", "http://[2001:db8::a:b]:80"}));
+              ElementsAre(DnsGroupMember{"p-fd00--1-80", "http://[fd00::1]:80", "[fd00::1]"},
+                          DnsGroupMember{"p-2001-db8--a-b-80", "http://[2001:db8::a:b]:80",
+                                         "[2001:db8::a:b]"}));
 }
 
 TEST(DnsGroupMembersTest, B24_OnlyTheAddressIsRewritten) {
@@ -34,7 +35,13 @@ TEST(DnsGroupMembersTest, B24_OnlyTheAddressIsRewritten) {
   // configured; only the address's characters are rewritten.
   EXPECT_THAT(DnsGroupMembers("vllm_decode.a", 1, {"::ffff:10.0.0.1"}),
               ElementsAre(DnsGroupMember{"vllm_decode.a---ffff-10.0.0.1-1",
-                                         "http://[::ffff:10.0.0.1]:1"}));
+                                         "http://[::ffff:10.0.0.1]:1", "[::ffff:10.0.0.1]"}));
+}
+
+TEST(DnsGroupMembersTest, B26_KvEventEndpointsNameEachMemberAtTheGroupsPort) {
+  EXPECT_EQ(MemberEndpoint("tcp://vllm-prefill.llm.svc:5557", "10.0.0.7"), "tcp://10.0.0.7:5557");
+  EXPECT_EQ(MemberEndpoint("tcp://vllm-prefill:5558", "[fd00::1]"), "tcp://[fd00::1]:5558");
+  EXPECT_EQ(MemberEndpoint("", "10.0.0.7"), "") << "no endpoint, none for the members";
 }
 
 TEST(DnsGroupMembersTest, B24_NoAddressesNoMembers) {

@@ -74,8 +74,9 @@ class Publisher {
   std::string endpoint() { return pub_.get(zmq::sockopt::last_endpoint); }
   std::string replay_endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
   void Send(uint64_t seq, const std::string& payload) {
+    const std::string seq_frame = EncodeSeq(seq);  // outlives the send
     std::vector<zmq::const_buffer> frames = {zmq::buffer(std::string_view(kTopic)),
-                                             zmq::buffer(EncodeSeq(seq)), zmq::buffer(payload)};
+                                             zmq::buffer(seq_frame), zmq::buffer(payload)};
     zmq::send_multipart(pub_, frames);
   }
   // Waits for a replay request; returns [identity, "", start_seq].
