@@ -258,6 +258,9 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(KvEven
     if (o.replay_port >= 0) {
       impl->router.emplace(impl->ctx, zmq::socket_type::router);
       impl->router->set(zmq::sockopt::linger, 0);
+      // A replay request is three small frames: anything larger is refused
+      // by ZeroMQ before it is buffered.
+      impl->router->set(zmq::sockopt::maxmsgsize, int64_t{1024});
       impl->router->bind(absl::StrCat("tcp://", o.host, ":",
                                       o.replay_port == 0 ? "*" : std::to_string(o.replay_port)));
     }

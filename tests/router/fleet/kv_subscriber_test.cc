@@ -79,6 +79,12 @@ class Publisher {
                                              zmq::buffer(seq_frame), zmq::buffer(payload)};
     zmq::send_multipart(pub_, frames);
   }
+  // Any frames at all (a publisher that is not vLLM, or a broken one).
+  void SendRaw(const std::vector<std::string>& frames) {
+    std::vector<zmq::const_buffer> b;
+    for (const std::string& f : frames) b.push_back(zmq::buffer(f));
+    zmq::send_multipart(pub_, b);
+  }
   // Waits for a replay request; returns [identity, "", start_seq].
   std::vector<std::string> ReplayRequest(std::chrono::milliseconds limit = 5s) {
     std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -265,6 +271,34 @@ TEST_F(KvSubscriberTest, ARemovedSourceDropsItsIndex) {
   ASSERT_TRUE(WaitFor([&] { return !subscriber_.Status("p0").has_value(); }));
   EXPECT_EQ(Held(1), 0u);
   EXPECT_TRUE(subscriber_.Statuses().empty());
+}
+
+TEST_F(KvSubscriberTest, HostileMessagesMakeTheEngineColdAndNothingElse) {
+  Publisher p(ctx_);
+  Subscribe(p, /*replay=*/false);
+  uint64_t seq = WarmUp(p);
+  auto bad_batches = [&] {
+    return Metric("narwhal_kv_event_gaps_total", "iid=\"p0\",outcome=\"bad_batch\"");
+  };
+  p.Send(seq++, StoreBlock(0));
+  ASSERT_TRUE(WaitFor([&] { return Held(1) == 1; }));
+  // Two frames instead of three: its number is unknown, so the next batch
+  // also shows a gap (cold again, then applied).
+  p.SendRaw({kTopic, EncodeSeq(seq++)});
+  ASSERT_TRUE(WaitFor([&] { return bad_batches() == 1; }));
+  EXPECT_EQ(Held(1), 0u);
+  p.Send(seq++, StoreBlock(0));
+  ASSERT_TRUE(WaitFor([&] { return Held(1) == 1; }));
+  // A payload that is not msgpack, then one nested 100,000 arrays deep.
+  p.Send(seq++, std::string("\xc1\xff not msgpack", 14));
+  ASSERT_TRUE(WaitFor([&] { return bad_batches() == 2; }));
+  EXPECT_EQ(Held(1), 0u);
+  p.Send(seq++, std::string(100000, '\x91'));
+  ASSERT_TRUE(WaitFor([&] { return bad_batches() == 3; }));
+  // The subscription goes on, in order.
+  p.Send(seq++, StoreBlock(0));
+  ASSERT_TRUE(WaitFor([&] { return Held(1) == 1; }));
+  EXPECT_EQ(subscriber_.Status("p0")->last_seq, seq - 1);
 }
 
 TEST_F(KvSubscriberTest, ForgetClearsTheIndex) {
