@@ -116,7 +116,7 @@ std::vector<KvSourceStatus> KvSubscriber::Statuses() const {
   return out;
 }
 
-void KvSubscriber::Carry(void* context, Conn& c, KvStreamStep step) {
+void KvSubscriber::Carry(zmq::context_t& context, Conn& c, KvStreamStep step) {
   Engine& e = *c.engine;
   const std::string& iid = e.source.iid;
   {
@@ -158,8 +158,7 @@ void KvSubscriber::Carry(void* context, Conn& c, KvStreamStep step) {
   if (step.replay_from) {
     // A fresh DEALER per replay: replies to an abandoned one are never read.
     try {
-      c.dealer = std::make_unique<zmq::socket_t>(*static_cast<zmq::context_t*>(context),
-                                                 zmq::socket_type::dealer);
+      c.dealer = std::make_unique<zmq::socket_t>(context, zmq::socket_type::dealer);
       c.dealer->set(zmq::sockopt::linger, 0);
       c.dealer->set(zmq::sockopt::maxmsgsize,
                     static_cast<int64_t>(options_.decode.max_payload_bytes + 4096));
@@ -190,8 +189,7 @@ void KvSubscriber::Carry(void* context, Conn& c, KvStreamStep step) {
   }
 }
 
-void KvSubscriber::ApplyPending(void* context, std::map<std::string, Conn>& conns) {
-  zmq::context_t& ctx = *static_cast<zmq::context_t*>(context);
+void KvSubscriber::ApplyPending(zmq::context_t& ctx, std::map<std::string, Conn>& conns) {
   std::optional<std::vector<KvSource>> sources;
   std::vector<std::pair<std::string, std::string>> forgets;
   {
@@ -257,7 +255,7 @@ void KvSubscriber::ApplyPending(void* context, std::map<std::string, Conn>& conn
   for (const auto& [iid, why] : forgets) {
     auto it = conns.find(iid);
     if (it == conns.end()) continue;
-    Carry(context, it->second, it->second.engine->stream.OnLost(why));
+    Carry(ctx, it->second, it->second.engine->stream.OnLost(why));
   }
 }
 
@@ -271,7 +269,7 @@ void KvSubscriber::Run() {
     What what;
   };
   while (!stop_.load()) {
-    ApplyPending(&ctx, conns);
+    ApplyPending(ctx, conns);
     std::vector<zmq::pollitem_t> items;
     std::vector<Item> whats;
     for (auto& [iid, c] : conns) {
@@ -311,7 +309,7 @@ void KvSubscriber::Run() {
         const std::vector<std::string_view> v = Views(frames);
         switch (whats[i].what) {
           case What::kSub:
-            Carry(&ctx, c,
+            Carry(ctx, c,
                   v.size() == 3 ? e.stream.OnLive(v[1], v[2], clock_.Now())
                                 : e.stream.OnLive("", "", clock_.Now()));
             break;
@@ -330,14 +328,14 @@ void KvSubscriber::Run() {
                 std::unique_lock lock(e.mu);
                 e.connected = false;
               }
-              Carry(&ctx, c,
+              Carry(ctx, c,
                     e.stream.OnLost(
                         absl::StrCat("the connection to ", e.source.endpoint, " was lost")));
             }
             break;
           }
           case What::kDealer:
-            Carry(&ctx, c, e.stream.OnReplay(v));
+            Carry(ctx, c, e.stream.OnReplay(v));
             break;
         }
       }
@@ -345,7 +343,7 @@ void KvSubscriber::Run() {
     const engines::MonoTime now = clock_.Now();
     for (auto& [iid, c] : conns) {
       Engine& e = *c.engine;
-      if (KvStreamStep step = e.stream.OnTick(now); step.gap) Carry(&ctx, c, std::move(step));
+      if (KvStreamStep step = e.stream.OnTick(now); step.gap) Carry(ctx, c, std::move(step));
     }
   }
   conns.clear();  // sockets close before the context

@@ -36,6 +36,10 @@
 #include "router/fleet/kv_block_index.h"
 #include "router/fleet/kv_event_stream.h"
 
+namespace zmq {
+class context_t;
+}  // namespace zmq
+
 namespace narwhal::router::kv {
 
 // One engine's event endpoints.
@@ -92,7 +96,6 @@ class KvSubscriber {
   // How many of `tokens`' leading blocks engine `iid` holds (0 for an
   // engine without a subscription, or cold).
   size_t LeadingBlocks(const std::string& iid, std::span<const uint32_t> tokens) const;
-  uint32_t block_size() const { return options_.index.block_size; }
   std::optional<KvSourceStatus> Status(const std::string& iid) const;
   std::vector<KvSourceStatus> Statuses() const;
 
@@ -102,10 +105,10 @@ class KvSubscriber {
   using Table = std::map<std::string, std::shared_ptr<Engine>>;
   void Run();
   // Pending sources and forgets, on the thread; `conns` are its sockets.
-  void ApplyPending(void* context, std::map<std::string, Conn>& conns);
+  void ApplyPending(zmq::context_t& context, std::map<std::string, Conn>& conns);
   // Carries out one step of the engine's stream: its index, its replay
   // socket, its counts, metrics and log lines.
-  void Carry(void* context, Conn& c, KvStreamStep step);
+  void Carry(zmq::context_t& context, Conn& c, KvStreamStep step);
 
   const Clock& clock_;
   const KvSubscriberOptions options_;
