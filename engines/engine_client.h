@@ -78,6 +78,7 @@ struct ControlResponse {
   int status = 0;
   std::string body;
   std::string error;
+  bool timed_out = false;  // no answer within the call's timeout
   bool ok() const { return status >= 200 && status < 300; }
 };
 

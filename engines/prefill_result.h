@@ -15,10 +15,9 @@
 
 #include <atomic>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 
@@ -27,8 +26,8 @@ namespace narwhal::engines {
 class PrefillResult {
  public:
   PrefillResult(std::string producer_iid, std::string producer_url, Api endpoint,
-                std::string backend_request_id, std::string connector,
-                nlohmann::json descriptor, std::string producer_kv_engine_id = "")
+                std::string backend_request_id, std::string connector, nlohmann::json descriptor,
+                std::string producer_kv_engine_id = "")
       : producer_iid_(std::move(producer_iid)),
         producer_url_(std::move(producer_url)),
         endpoint_(endpoint),
@@ -36,6 +35,17 @@ class PrefillResult {
         connector_(std::move(connector)),
         descriptor_(std::move(descriptor)),
         producer_kv_engine_id_(std::move(producer_kv_engine_id)) {}
+
+  // No handoff: the decode leg computes the prompt itself on `engine` (B28's
+  // local prefill). Decode sends no kv_transfer_params and there is nothing
+  // to validate or release.
+  static PrefillResult Local(std::string engine_iid, std::string engine_url, Api endpoint) {
+    PrefillResult r(std::move(engine_iid), std::move(engine_url), endpoint, "", "",
+                    nlohmann::json::object());
+    r.local_ = true;
+    return r;
+  }
+  bool local() const { return local_; }
 
   const std::string& producer_iid() const { return producer_iid_; }
   const std::string& producer_url() const { return producer_url_; }
@@ -62,6 +72,7 @@ class PrefillResult {
   std::string connector_;
   nlohmann::json descriptor_;
   std::string producer_kv_engine_id_;
+  bool local_ = false;
   std::shared_ptr<std::atomic<bool>> claimed_ = std::make_shared<std::atomic<bool>>(false);
 };
 

@@ -15,10 +15,9 @@
 #define NARWHAL_ROUTER_ASSEMBLER_H_
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 
@@ -46,7 +45,7 @@ class Assembler {
     std::string refusal;
     bool has_refusal = false;
     std::map<long long, nlohmann::json> tool_calls;  // by index
-    nlohmann::json logprobs;                          // null until seen
+    nlohmann::json logprobs;                         // null until seen
     nlohmann::json finish_reason;
     nlohmann::json stop_reason;
   };

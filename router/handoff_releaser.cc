@@ -170,9 +170,9 @@ ReleaseDispatch HandoffReleaser::Release(const Abandoned& a, const engines::Exec
   }
   const bool reject = h.release == "reject";
   LogInfo(what + "; releasing it by " + h.release + " through " + consumer->target().iid);
-  auto job = std::make_shared<Job>(*a.handoff, std::move(*consumer),
-                                   ReleaseBody(a.client_body, reject), a.reason, a.rid, reject,
-                                   h.release_timeout_s);
+  auto job =
+      std::make_shared<Job>(*a.handoff, std::move(*consumer), ReleaseBody(a.client_body, reject),
+                            a.reason, a.rid, reject, h.release_timeout_s);
   boost::asio::co_spawn(executor, Run(std::move(job)), boost::asio::detached);
   return ReleaseDispatch::kStarted;
 }
@@ -184,8 +184,7 @@ engines::Awaitable<void> HandoffReleaser::Run(std::shared_ptr<Job> job) {
   try {
     engines::LegOptions options;
     options.backend_request_id = ReleaseRequestId(job->handoff.backend_request_id());
-    options.request_deadline =
-        clock_.Now() + engines::FromSeconds(job->release_timeout_s);
+    options.request_deadline = clock_.Now() + engines::FromSeconds(job->release_timeout_s);
     options.cancel = &shutdown_;
     DiscardObserver observer;
     engines::DecodeOutcome out =

@@ -57,7 +57,8 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
       {"decode_iid", NullIfEmpty(record.decode_iid)},
       {"crossed", !record.decode_iid.empty() && record.decode_iid != record.prefill_iid},
       {"attempts", record.attempts},
-      {"fleet_generation", request.config != nullptr ? json(request.config->number) : json(nullptr)},
+      {"fleet_generation",
+       request.config != nullptr ? json(request.config->number) : json(nullptr)},
       {"attempt_failures", AttemptFailures(record.failures, status)},
       {"output_started", outcome.output_started},
       {"output_tokens", outcome.output_tokens},
@@ -79,6 +80,10 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
     row["decode_placement"] = record.decode_placement
                                   ? json(PlacementReasonName(*record.decode_placement))
                                   : json(nullptr);
+    row["disaggregated"] = record.disaggregated;
+    row["cached_tokens_est"] =
+        record.cached_tokens_est ? json(*record.cached_tokens_est) : json(nullptr);
+    if (!record.placement_fallback.empty()) row["placement_fallback"] = record.placement_fallback;
   }
   return row;
 }

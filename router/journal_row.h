@@ -49,6 +49,14 @@ struct RequestRecord {
   bool placed = false;
   PlacementInfo prefill_placement;
   std::optional<PlacementReason> decode_placement;
+  // B28: whether the last attempt ran a prefill leg on a producer (false: a
+  // local prefill on its decode engine), and the prompt tokens the engine
+  // that computed the prefill was estimated to hold (when the prompt had
+  // token ids).
+  bool disaggregated = true;
+  std::optional<size_t> cached_tokens_est;
+  // B27: why the prompt had no token ids ("" when it had them or needed none).
+  std::string placement_fallback;
   // The latest attempt's silent-recompute evidence (router/fleet/kv_recompute.h;
   // journal kv_recompute_suspected, kv_recompute_evidence).
   std::optional<nlohmann::json> recompute_evidence;

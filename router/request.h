@@ -3,9 +3,8 @@
 #define NARWHAL_ROUTER_REQUEST_H_
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engines/api.h"
 #include "router/common/live_settings.h"
@@ -20,7 +19,7 @@ struct Request {
   std::string client_rid;  // the client's own X-Request-Id, if any
   Door door = Door::kHttp;
   engines::Api api = engines::Api::kCompletions;
-  bool stream = false;     // the client reads a stream (else the router assembles)
+  bool stream = false;  // the client reads a stream (else the router assembles)
   // The validated client body, with any client kv_transfer_params removed.
   nlohmann::json body;
   engines::MonoTime arrived{};

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -9,16 +13,12 @@
 #include <future>
 #include <thread>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/this_coro.hpp>
-
 #include "router/assembler.h"
 #include "router/common/log.h"
 #include "router/context_limit.h"
 #include "router/fleet/kv_recompute.h"
 #include "router/fleet/prefix_index.h"
+#include "router/prompt_tokens.h"
 
 namespace narwhal::router {
 namespace {
@@ -92,9 +92,7 @@ class AttemptRelay : public engines::DecodeObserver {
   const Assembler& assembler() const { return assembler_; }
   const std::optional<MonoTime>& first_token() const { return first_token_; }
   MonoTime last_token() const { return last_token_; }
-  long long output_tokens() const {
-    return completion_tokens_ >= 0 ? completion_tokens_ : tokens_;
-  }
+  long long output_tokens() const { return completion_tokens_ >= 0 ? completion_tokens_ : tokens_; }
   long long prompt_tokens() const { return prompt_tokens_; }
   long long cached_tokens() const { return cached_tokens_; }
   const std::string& finish_reason() const { return finish_reason_; }
@@ -185,8 +183,8 @@ class Router::Run {
       record_.attempts = attempt;
       if (attempt > 1) {
         if (r_.metrics_ != nullptr) r_.metrics_->retry_attempts_total.Increment();
-        const bool slept = co_await r_.clock_.Sleep(
-            executor, engines::FromSeconds(next_backoff_s_), &sink_->cancel_token());
+        const bool slept = co_await r_.clock_.Sleep(executor, engines::FromSeconds(next_backoff_s_),
+                                                    &sink_->cancel_token());
         if (!slept) {
           RefundCredit();
           Finish(FailureOutcome(Cancelled(Phase::kPrefill), false));
@@ -236,19 +234,53 @@ class Router::Run {
       co_return false;
     }
 
-    // --- prefill (B1, B2) ---
+    // --- placement input: the prompt's text key and token ids (B27) ---
     if (s.placement.cache_aware() && !keyed_) {
       prompt_key_ = PrefixIndex::Key(PromptText(request_.api, request_.body));
       keyed_ = true;
     }
+    if (s.placement.needs_tokens() && !tokens_) {
+      tokens_ = co_await TokenizePrompt(
+          r_.engines_, s, *r_.fleet_.View(), request_.api, request_.body, r_.clock_.Now(),
+          request_.deadline, r_.tokenize_rotation_.fetch_add(1, std::memory_order_relaxed));
+      if (tokens_->failure) {
+        record_.placement_fallback =
+            std::string(TokenizeFailureName(*tokens_->failure)) + ": " + tokens_->detail;
+        if (r_.metrics_ != nullptr) r_.metrics_->placement.CountTokenizeFailure(*tokens_->failure);
+      }
+    }
+    PlacementPrompt prompt;
+    prompt.text = keyed_ ? &prompt_key_ : nullptr;
+    if (tokens_) prompt.tokens = tokens_->ids;
+    prompt.block_size = s.kv_events.block_size;
+    record_.disaggregated = true;
+    record_.cached_tokens_est.reset();
+
+    // --- B28: the decode engine first; a prompt it holds runs there alone ---
+    std::optional<Fleet::Reservation> planned;
+    if (s.placement.auto_disaggregate() && !prompt.tokens.empty()) {
+      PlacementInfo decode_info;
+      planned = r_.fleet_.ReserveDecode(excluded_, "", &decode_info, prompt);
+      const size_t uncached = prompt.tokens.size() - decode_info.match_tokens;
+      if (planned && uncached < static_cast<size_t>(s.placement.min_uncached_tokens)) {
+        if (r_.fleet_.Activate(*planned, excluded_)) {
+          record_.cached_tokens_est = decode_info.match_tokens;
+          co_return co_await LocalAttempt(attempt, std::move(*planned));
+        }
+        planned.reset();
+      }
+    }
+
+    // --- prefill (B1, B2) ---
     std::optional<Fleet::Reservation> producer =
-        r_.fleet_.PickAndReserve(Phase::kPrefill, excluded_, "", keyed_ ? &prompt_key_ : nullptr,
-                                 &record_.prefill_placement);
+        r_.fleet_.PickAndReserve(Phase::kPrefill, excluded_, planned ? planned->target().iid : "",
+                                 prompt, &record_.prefill_placement);
     if (!producer) {
       RefundCredit();
       FinishNoEngine(Phase::kPrefill);
       co_return false;
     }
+    if (!prompt.tokens.empty()) record_.cached_tokens_est = record_.prefill_placement.match_tokens;
     credit_held_ = false;  // the retry's credit is spent once its prefill dispatches
     const engines::EngineTarget producer_target = producer->target();
     // What this attempt tells the fleet, posted once when it ends.
@@ -259,18 +291,19 @@ class Router::Run {
     record_.decode_iid.clear();
     record_.placed = true;
     record_.decode_placement.reset();
-    // The decode leg's consumer, counted as reserved while the prefill runs.
-    std::optional<Fleet::Reservation> planned =
-        r_.fleet_.ReserveDecode(excluded_, producer_target.iid);
+    // The decode leg's consumer, counted as reserved while the prefill runs
+    // (under B28's auto, already chosen).
+    if (!planned) planned = r_.fleet_.ReserveDecode(excluded_, producer_target.iid);
     engines::LegOptions prefill_options;
     prefill_options.backend_request_id = BackendId(attempt, 'p');  // B8
     prefill_options.request_deadline = request_.deadline;
     const MonoTime handoff_start = r_.clock_.Now();  // B7: handoff age starts here
-    prefill_options.leg_deadline = handoff_start + engines::FromSeconds(s.serving.prefill_timeout_s);
+    prefill_options.leg_deadline =
+        handoff_start + engines::FromSeconds(s.serving.prefill_timeout_s);
     LegCancel prefill_cancel(sink_->cancel_token(), producer->engine());
     prefill_options.cancel = prefill_cancel.token();
-    engines::PrefillOutcome prefill = co_await r_.engines_.Prefill(
-        producer_target, request_.api, request_.body, prefill_options);
+    engines::PrefillOutcome prefill =
+        co_await r_.engines_.Prefill(producer_target, request_.api, request_.body, prefill_options);
     producer->Release();
     if (!prefill.ok() && prefill.failure->reason == FailureReason::kCancelled &&
         prefill_cancel.EngineRemoved(sink_->cancel_token())) {
@@ -304,8 +337,7 @@ class Router::Run {
       FinishNoEngine(Phase::kDecode);
       co_return false;
     }
-    const engines::EngineTarget consumer_target = consumer->target();
-    record_.decode_iid = consumer_target.iid;
+    record_.decode_iid = consumer->target().iid;
 
     // B7: the handoff must still be young enough when decode dispatches.
     if (s.serving.handoff_timeout_s > 0 &&
@@ -325,33 +357,69 @@ class Router::Run {
                         true),
           false);
     }
+    co_return co_await DecodeAttempt(attempt, *consumer, *prefill.result, handoff_start,
+                                     prefill_done);
+  }
 
+  // B28: the prompt runs on its decode engine alone (`consumer`, activated):
+  // no prefill leg, no handoff, nothing to release.
+  engines::Awaitable<bool> LocalAttempt(int attempt, Fleet::Reservation consumer) {
+    credit_held_ = false;  // the retry's credit is spent once its leg dispatches
+    const engines::EngineTarget target = consumer.target();
+    report_.emplace();
+    record_.prefill_iid = target.iid;
+    record_.decode_iid = target.iid;
+    record_.placed = true;
+    record_.disaggregated = false;
+    record_.prefill_placement = PlacementInfo{};
+    record_.prefill_placement.reason = PlacementReason::kLocalPrefill;
+    record_.prefill_placement.match_tokens = record_.cached_tokens_est.value_or(0);
+    record_.decode_placement = consumer.reason();
+    if (r_.metrics_ != nullptr) {
+      r_.metrics_->placement.CountDecision(Phase::kPrefill, PlacementReason::kLocalPrefill);
+    }
+    const engines::PrefillResult local =
+        engines::PrefillResult::Local(target.iid, target.url, request_.api);
+    const MonoTime now = r_.clock_.Now();
+    co_return co_await DecodeAttempt(attempt, consumer, local, now, now);
+  }
+
+  // The decode leg of an attempt on `consumer` (in flight), from `handoff`
+  // (a local one: B28).
+  engines::Awaitable<bool> DecodeAttempt(int attempt, Fleet::Reservation& consumer,
+                                         const engines::PrefillResult& handoff,
+                                         MonoTime handoff_start, MonoTime prefill_done) {
+    const bool local = handoff.local();
+    const engines::EngineTarget consumer_target = consumer.target();
+    const std::string producer_iid = local ? std::string() : handoff.producer_iid();
     // --- decode (B3, B4) ---
     engines::LegOptions decode_options;
     decode_options.backend_request_id = BackendId(attempt, 'd');  // B8
     decode_options.request_deadline = request_.deadline;
-    LegCancel decode_cancel(sink_->cancel_token(), consumer->engine());
+    LegCancel decode_cancel(sink_->cancel_token(), consumer.engine());
     decode_options.cancel = decode_cancel.token();
     AttemptRelay relay(request_, *sink_, r_.clock_, r_.metrics_);
     report_->consumer = consumer_target.iid;
-    report_->consumer_incarnation = consumer->engine()->id();
-    report_->crossed_decode = consumer_target.iid != producer_target.iid;
-    r_.fleet_.DecodeStarted(producer_target.iid, consumer_target.iid);
-    engines::DecodeOutcome decode =
-        co_await r_.engines_.Decode(consumer_target, *prefill.result, request_.body,
-                                    request_.stream, decode_options, relay);
-    consumer->Release();
+    report_->consumer_incarnation = consumer.engine()->id();
+    report_->crossed_decode = !local && consumer_target.iid != producer_iid;
+    r_.fleet_.DecodeStarted(producer_iid, consumer_target.iid);
+    engines::DecodeOutcome decode = co_await r_.engines_.Decode(
+        consumer_target, handoff, request_.body, request_.stream, decode_options, relay);
+    consumer.Release();
     if (!decode.ok() && decode.failure->reason == FailureReason::kCancelled &&
         decode_cancel.EngineRemoved(sink_->cancel_token())) {
       decode.failure = EngineRemovedFailure(Phase::kDecode, consumer_target.iid);
     }
-    NoteRecompute(producer_target.iid, consumer_target.iid, decode, relay);
+    if (!local) NoteRecompute(producer_iid, consumer_target.iid, decode, relay);
     if (relay.first_token()) {
       first_byte_s_ = engines::Seconds(*relay.first_token() - request_.arrived);  // B9
+      // A local prefill's first token is its decode's first.
+      if (local) ttft_s_ = first_byte_s_;
       output_tokens_ = relay.output_tokens();
       if (output_tokens_ >= 2) {
-        record_.tpot_s = engines::Seconds(relay.last_token() - prefill_done) /
-                         static_cast<double>(output_tokens_ - 1);
+        const MonoTime first = local ? *relay.first_token() : prefill_done;
+        record_.tpot_s =
+            engines::Seconds(relay.last_token() - first) / static_cast<double>(output_tokens_ - 1);
       }
     }
     prompt_tokens_ = relay.prompt_tokens();
@@ -384,18 +452,16 @@ class Router::Run {
       co_return false;
     }
     EngineFailure failure = std::move(*decode.failure);
-    if (decode.handoff_left_with_producer) {
+    if (decode.handoff_left_with_producer && !local) {
       // No consumer took the handoff: free it on the producer.
-      const AbandonReason why = failure.reason == FailureReason::kCancelled
-                                    ? AbandonReason::kCancelled
-                                : failure.reason == FailureReason::kDeadline
-                                    ? AbandonReason::kDeadline
-                                    : AbandonReason::kConsumerRefused;
-      Abandon(*prefill.result, why, handoff_start, {consumer_target.iid});
+      const AbandonReason why =
+          failure.reason == FailureReason::kCancelled  ? AbandonReason::kCancelled
+          : failure.reason == FailureReason::kDeadline ? AbandonReason::kDeadline
+                                                       : AbandonReason::kConsumerRefused;
+      Abandon(handoff, why, handoff_start, {consumer_target.iid});
     }
     if (!failure.handoff_rejection.empty() && r_.metrics_ != nullptr) {
-      r_.metrics_->handoff_rejected_total.Add({{"reason", failure.handoff_rejection}})
-          .Increment();
+      r_.metrics_->handoff_rejected_total.Add({{"reason", failure.handoff_rejection}}).Increment();
     }
     if (relay.assembly_failed()) {
       failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kInvalidResponse,
@@ -488,10 +554,10 @@ class Router::Run {
     std::string evidence;
     if (suspected) {
       record_.recompute_evidence = json{{"source", "usage"},
-                                 {"producer", producer},
-                                 {"consumer", consumer},
-                                 {"prompt_tokens", relay.prompt_tokens()},
-                                 {"cached_tokens", relay.cached_tokens()}};
+                                        {"producer", producer},
+                                        {"consumer", consumer},
+                                        {"prompt_tokens", relay.prompt_tokens()},
+                                        {"cached_tokens", relay.cached_tokens()}};
       evidence = "request " + request_.rid + ": cached_tokens " +
                  std::to_string(relay.cached_tokens()) + " of " +
                  std::to_string(relay.prompt_tokens()) + " prompt tokens";
@@ -588,6 +654,8 @@ class Router::Run {
   std::optional<AttemptReport> report_;
   PromptKey prompt_key_;
   bool keyed_ = false;
+  // The prompt's token ids, asked once per request (B27).
+  std::optional<PromptTokens> tokens_;
   double next_backoff_s_ = 0;
   bool credit_held_ = false;
   bool connect_failover_used_ = false;  // the one failover after a failed connect
@@ -661,9 +729,9 @@ std::mt19937_64& Router::Rng() {
   thread_local Seeded seeded;
   if (seeded.router != this) {
     seeded.router = this;
-    std::seed_seq seq{seed_, static_cast<uint64_t>(
-                                 std::hash<std::thread::id>{}(std::this_thread::get_id())),
-                      next_stream_.fetch_add(1, std::memory_order_relaxed)};
+    std::seed_seq seq{
+        seed_, static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())),
+        next_stream_.fetch_add(1, std::memory_order_relaxed)};
     seeded.rng.seed(seq);
   }
   return seeded.rng;
@@ -705,9 +773,9 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
     refusal->param = request.api == engines::Api::kChatCompletions ? "messages" : "prompt";
   } else if (inflight_.fetch_add(1) >= max_inflight) {
     inflight_.fetch_sub(1);
-    refusal = RefusalOutcome(Terminal::kRejected, Reason::kInflightLimit,
-                             "router in-flight limit reached (" + std::to_string(max_inflight) +
-                                 ")");
+    refusal =
+        RefusalOutcome(Terminal::kRejected, Reason::kInflightLimit,
+                       "router in-flight limit reached (" + std::to_string(max_inflight) + ")");
   }
   if (refusal) {
     RecordRefused(request, *refusal);
@@ -781,8 +849,9 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
   {
     // Drain waits for this: every admitted request's outcome delivered.
     std::lock_guard<std::mutex> lock(live_mu_);
-    auto it = std::find_if(live_.begin(), live_.end(),
-                           [&](const std::shared_ptr<ResponseSink>& c) { return c.get() == &sink; });
+    auto it = std::find_if(live_.begin(), live_.end(), [&](const std::shared_ptr<ResponseSink>& c) {
+      return c.get() == &sink;
+    });
     if (it != live_.end()) live_.erase(it);
     // Under the lock: once a waiter (Drain, the destructor) sees live_
     // empty, this thread no longer touches the router.

@@ -137,6 +137,7 @@ class Router {
   std::mt19937_64& Rng();
   const uint64_t seed_;
   std::atomic<uint64_t> next_stream_{0};
+  std::atomic<size_t> tokenize_rotation_{0};  // which engine tokenizes next
   // requests_total's series, made at zero at construction.
   struct CountedSeries {
     engines::Api api;

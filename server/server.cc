@@ -323,6 +323,7 @@ void Server::Parts::StartChecks() {
       metrics.get());
   monitor = std::make_unique<router::FleetMonitor>(fleet->control(), *prober, loops->executor(0));
   monitor->SetKvSubscriber(kv_events.get());
+  fleet->SetKvLookup(kv_events.get());
   monitor->Start();
   // Readiness waits for each role to have an engine that passed a check.
   const double startup_retry_s = std::clamp(settings.recovery.readmit_interval_s, 0.1, 1.0);
@@ -423,6 +424,7 @@ void Server::Parts::StopAll() {
   if (dns_groups) dns_groups->Stop();
   if (startup_checks) startup_checks->Stop();
   if (monitor) monitor->Stop();
+  if (fleet) fleet->SetKvLookup(nullptr);
   if (kv_events) kv_events->Stop();
   if (probes) probes->Stop();
   if (loops) loops->Stop();

@@ -659,6 +659,7 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
   leg.io().Close();
   if (timed_out) {
     out.error = "no answer from " + leg.key() + " within " + FormatSeconds(timeout_s);
+    out.timed_out = true;
   } else if (too_many_interim) {
     out.error = TooManyInterimResponses("response");
   } else if (ec == http::error::body_limit) {

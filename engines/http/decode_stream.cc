@@ -37,8 +37,10 @@ std::optional<DecodeOutcome> DecodeStream::Refuse(const EngineTarget& consumer,
     return out;
   }
   // B3: validate before any HTTP request; evidence counts against the producer.
-  if (DescriptorRejection why = ValidateContinuation(handoff, opts.connector, handoff.endpoint(),
-                                                     opts.remote_host_policy);
+  if (DescriptorRejection why =
+          handoff.local() ? DescriptorRejection{}
+                          : ValidateContinuation(handoff, opts.connector, handoff.endpoint(),
+                                                 opts.remote_host_policy);
       !why.ok()) {
     EngineFailure f = MakeFailure(kPhase, consumer.iid, FailureReason::kInvalidResponse,
                                   BreakerClass::kKvHandoff, FailureCause::kInvalidContinuation,
@@ -56,12 +58,12 @@ std::optional<DecodeOutcome> DecodeStream::Refuse(const EngineTarget& consumer,
   }
   if (options.cancel != nullptr && options.cancel->cancelled()) {
     out.failure = Cancelled(kPhase, consumer.iid);
-    out.handoff_left_with_producer = true;
+    out.handoff_left_with_producer = !handoff.local();
     return out;
   }
   if (now >= options.request_deadline) {
     out.failure = DeadlineExpired(kPhase, consumer.iid);
-    out.handoff_left_with_producer = true;
+    out.handoff_left_with_producer = !handoff.local();
     return out;
   }
   return std::nullopt;

@@ -20,11 +20,23 @@ PlacementMetrics::PlacementMetrics(prometheus::Registry& registry) {
   match_fraction_ = &prometheus::BuildHistogram()
                          .Name("narwhal_placement_prefix_match_ratio")
                          .Help(
-                             "Share of a prefill's prompt bytes found in the chosen producer's "
-                             "prefix index (cache_aware placement).")
+                             "Share of a prefill's prompt found in the chosen producer's index: "
+                             "bytes of its text (cache_aware placement) or its tokens (kv_events).")
                          .Register(registry)
                          .Add({}, prometheus::Histogram::BucketBoundaries{
                                       0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1});
+  auto& tokenize = prometheus::BuildCounter()
+                       .Name("narwhal_kv_tokenize_failures_total")
+                       .Help("Prompts placed without token ids (least loaded instead), by reason.")
+                       .Register(registry);
+  for (size_t f = 0; f < std::size(kTokenizeFailures); ++f) {
+    tokenize_failures_[f] =
+        &tokenize.Add({{"reason", std::string(TokenizeFailureName(kTokenizeFailures[f]))}});
+  }
+}
+
+void PlacementMetrics::CountTokenizeFailure(TokenizeFailure failure) {
+  tokenize_failures_[static_cast<size_t>(failure)]->Increment();
 }
 
 void PlacementMetrics::CountDecision(engines::Phase phase, PlacementReason reason) {

@@ -20,10 +20,13 @@ class PlacementMetrics {
   explicit PlacementMetrics(prometheus::Registry& registry);
 
   void CountDecision(engines::Phase phase, PlacementReason reason);
-  // Matched prefix bytes over the prompt's bytes (cache-aware prefills).
+  // The matched share of the prompt (cache_aware: bytes of its text;
+  // kv_events: its tokens).
   void ObserveMatchFraction(double fraction);
+  void CountTokenizeFailure(TokenizeFailure failure);
 
  private:
+  std::array<prometheus::Counter*, std::size(kTokenizeFailures)> tokenize_failures_{};
   static constexpr size_t kReasons = std::size(kPlacementReasons);
   std::array<std::array<prometheus::Counter*, kReasons>, 2> decisions_{};  // [phase][reason]
   prometheus::Histogram* match_fraction_ = nullptr;

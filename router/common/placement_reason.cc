@@ -12,8 +12,24 @@ std::string_view PlacementReasonName(PlacementReason reason) {
       return "imbalance";
     case PlacementReason::kSameWorker:
       return "same_worker";
+    case PlacementReason::kLocalPrefill:
+      return "local_prefill";
   }
   return "least_loaded";
+}
+
+std::string_view TokenizeFailureName(TokenizeFailure failure) {
+  switch (failure) {
+    case TokenizeFailure::kUnsupported:
+      return "unsupported";
+    case TokenizeFailure::kNoEngine:
+      return "no_engine";
+    case TokenizeFailure::kTimeout:
+      return "timeout";
+    case TokenizeFailure::kError:
+      return "error";
+  }
+  return "error";
 }
 
 }  // namespace narwhal::router

@@ -13,11 +13,28 @@ enum class PlacementReason {
   kPrefixMatch,  // the longest prefix match
   kImbalance,    // a prefix matched, but that engine was too loaded: least loaded instead
   kSameWorker,   // decode on its own producer, the only engine left (B5)
+  // The prefill computed by the decode engine itself: it held all but fewer
+  // than placement.min_uncached_tokens of the prompt (B28, disaggregate auto).
+  kLocalPrefill,
 };
 inline constexpr PlacementReason kPlacementReasons[] = {
     PlacementReason::kLeastLoaded, PlacementReason::kPrefixMatch, PlacementReason::kImbalance,
-    PlacementReason::kSameWorker};
+    PlacementReason::kSameWorker, PlacementReason::kLocalPrefill};
 std::string_view PlacementReasonName(PlacementReason reason);
+
+// Why a prompt had no token ids for placement (B27): it was placed least
+// loaded instead (journal `placement_fallback`, metric
+// narwhal_kv_tokenize_failures_total{reason}).
+enum class TokenizeFailure {
+  kUnsupported,  // a list of several prompts: no one prompt to place by
+  kNoEngine,     // tokenizer "engine" and no engine in placement
+  kTimeout,      // no answer within kv_events.tokenize_timeout_s
+  kError,        // no usable answer (connection, status, body)
+};
+inline constexpr TokenizeFailure kTokenizeFailures[] = {
+    TokenizeFailure::kUnsupported, TokenizeFailure::kNoEngine, TokenizeFailure::kTimeout,
+    TokenizeFailure::kError};
+std::string_view TokenizeFailureName(TokenizeFailure failure);
 
 }  // namespace narwhal::router
 

@@ -140,11 +140,20 @@ struct TlsSettings {
 
 // Where prefill legs go (router/fleet/placement.h, router/fleet/prefix_index.h).
 struct PlacementSettings {
-  std::string prefill = "cache_aware";  // "least_loaded" or "cache_aware"
+  std::string prefill = "cache_aware";  // "least_loaded", "cache_aware" or "kv_events"
   int index_chunks = 16384;             // prefix-index entries per producer (LRU)
   int imbalance_abs = 8;                // legs beyond the least-loaded producer ...
   double imbalance_rel = 1.5;           // ... and this many times its legs: least loaded wins
+  // B28: "always" (every request disaggregated) or "auto" (a request whose
+  // decode engine holds all but fewer than min_uncached_tokens of its prompt
+  // runs there alone).
+  std::string disaggregate = "always";
+  int min_uncached_tokens = 512;
   bool cache_aware() const { return prefill == "cache_aware"; }
+  bool kv_events() const { return prefill == "kv_events"; }
+  bool auto_disaggregate() const { return disaggregate == "auto"; }
+  // Whether a request's prompt is tokenized for placement (B27, B28).
+  bool needs_tokens() const { return kv_events() || auto_disaggregate(); }
   friend bool operator==(const PlacementSettings&, const PlacementSettings&) = default;
 };
 
@@ -182,10 +191,14 @@ struct MembershipSettings {
 
 // The engines' KV-cache events (router/fleet/kv_subscriber.h).
 struct KvEventsSettings {
-  std::string topic;           // the SUB's prefix filter
-  int block_size = 16;         // tokens per block
+  std::string topic;            // the SUB's prefix filter
+  int block_size = 16;          // tokens per block
   double replay_timeout_s = 2;  // one replay of a gap, then cold
   int max_blocks_per_engine = 262144;
+  // Where prompts are tokenized (B27): "engine" (POST /tokenize on an engine
+  // in placement) or the base URL of a tokenize-only instance.
+  std::string tokenizer = "engine";
+  double tokenize_timeout_s = 0.5;
   friend bool operator==(const KvEventsSettings&, const KvEventsSettings&) = default;
 };
 

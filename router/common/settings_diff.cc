@@ -117,6 +117,9 @@ const std::vector<KeyRow>& KeyRows() {
       {"placement.index_chunks", &SameKey<&S::placement, &PlacementSettings::index_chunks>},
       {"placement.imbalance_abs", &SameKey<&S::placement, &PlacementSettings::imbalance_abs>},
       {"placement.imbalance_rel", &SameKey<&S::placement, &PlacementSettings::imbalance_rel>},
+      {"placement.disaggregate", &SameKey<&S::placement, &PlacementSettings::disaggregate>},
+      {"placement.min_uncached_tokens",
+       &SameKey<&S::placement, &PlacementSettings::min_uncached_tokens>},
       {"links.hold_after", &SameKey<&S::links, &LinkSettings::hold_after>},
       {"links.window_s", &SameKey<&S::links, &LinkSettings::window_s>},
       {"discovery.dns_servers", &SameKey<&S::discovery, &DiscoverySettings::dns_servers>},
@@ -132,6 +135,9 @@ const std::vector<KeyRow>& KeyRows() {
       {"kv_events.replay_timeout_s", &SameKey<&S::kv_events, &KvEventsSettings::replay_timeout_s>},
       {"kv_events.max_blocks_per_engine",
        &SameKey<&S::kv_events, &KvEventsSettings::max_blocks_per_engine>},
+      {"kv_events.tokenizer", &SameKey<&S::kv_events, &KvEventsSettings::tokenizer>},
+      {"kv_events.tokenize_timeout_s",
+       &SameKey<&S::kv_events, &KvEventsSettings::tokenize_timeout_s>},
   };
   return rows;
 }
@@ -166,7 +172,8 @@ const std::vector<std::string_view>& RestartKeyPatterns() {
   // and body bounds and the clients' API key set (and the gRPC server's
   // message bound derived) at start-up; the model name is what every engine
   // was checked against; the KV-event subscriber's topic, block size and
-  // bounds are fixed when it starts (the engines' endpoints follow reloads).
+  // bounds are fixed when it starts (the engines' endpoints follow reloads,
+  // and the tokenizer is read per request).
   static const std::vector<std::string_view> patterns = {
       "model",
       "listen.*",
@@ -180,7 +187,10 @@ const std::vector<std::string_view>& RestartKeyPatterns() {
       "serving.max_headers",
       "serving.header_timeout_s",
       "serving.keepalive_timeout_s",
-      "kv_events.*",
+      "kv_events.topic",
+      "kv_events.block_size",
+      "kv_events.replay_timeout_s",
+      "kv_events.max_blocks_per_engine",
   };
   return patterns;
 }

@@ -202,27 +202,41 @@ void Fleet::CountDecision(Phase phase, PlacementReason reason) {
   if (metrics_ != nullptr) metrics_->placement.CountDecision(phase, reason);
 }
 
+// Each candidate's leading blocks of `tokens` in its KV-event index.
+void Fleet::MatchKvBlocks(const KvBlockLookup& lookup, const PlacementView& view,
+                          std::span<const uint32_t> tokens, std::vector<Candidate>& candidates) {
+  for (Candidate& c : candidates) {
+    c.match = lookup.LeadingBlocks(view.engines[c.index].engine->iid(), tokens);
+    c.indexed = 0;
+  }
+}
+
 std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
                                                         const std::vector<std::string>& excluded,
                                                         const std::string& avoid,
-                                                        const PromptKey* key,
+                                                        const PlacementPrompt& prompt,
                                                         PlacementInfo* info) {
   const MonoTime now = clock_.Now();
   const std::shared_ptr<const PlacementView> view = View();
   std::vector<Candidate> candidates = Candidates(*view, phase, excluded, avoid, now);
-  const bool cache_aware =
-      phase == Phase::kPrefill && key != nullptr && view->placement.cache_aware();
+  const bool prefill = phase == Phase::kPrefill;
+  const bool cache_aware = prefill && prompt.text != nullptr && view->placement.cache_aware();
+  const KvBlockLookup* lookup = kv_lookup_.load();
+  const bool kv_aware =
+      prefill && !prompt.tokens.empty() && lookup != nullptr && view->placement.kv_events();
   const size_t rotation = rotation_[RotationIndex(phase)].fetch_add(1, std::memory_order_relaxed);
+  const ImbalanceLimit limit{view->placement.imbalance_abs, view->placement.imbalance_rel};
   std::optional<Choice> choice;
   if (cache_aware) {
     for (Candidate& c : candidates) {
       const EngineRecord& e = *view->engines[c.index].engine;
-      c.match = e.Match(*key);
+      c.match = e.Match(*prompt.text);
       c.indexed = e.IndexSize();
     }
-    choice = ChooseCacheAware(
-        candidates, rotation,
-        ImbalanceLimit{view->placement.imbalance_abs, view->placement.imbalance_rel});
+    choice = ChooseCacheAware(candidates, rotation, limit);
+  } else if (kv_aware) {
+    MatchKvBlocks(*lookup, *view, prompt.tokens, candidates);
+    choice = ChooseCacheAware(candidates, rotation, limit);
   } else if (std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation)) {
     choice = Choice{*pos, candidates[*pos].avoid ? PlacementReason::kSameWorker
                                                  : PlacementReason::kLeastLoaded};
@@ -232,11 +246,19 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
   const EngineRef& engine = view->engines[chosen.index].engine;
   PlacementInfo placed;
   placed.reason = choice->reason;
+  // A last-resort engine (B5) keeps that name whatever matched.
+  if (chosen.avoid && placed.reason == PlacementReason::kLeastLoaded) {
+    placed.reason = PlacementReason::kSameWorker;
+  }
   if (cache_aware) {
-    placed.match_bytes = std::min(chosen.match * PrefixIndex::kChunkBytes, key->text_bytes);
-    placed.prompt_bytes = key->text_bytes;
+    placed.match_bytes = std::min(chosen.match * PrefixIndex::kChunkBytes, prompt.text->text_bytes);
+    placed.prompt_bytes = prompt.text->text_bytes;
     // Indexed when placed, so the prompts that follow it find it at once.
-    engine->Insert(*key);
+    engine->Insert(*prompt.text);
+  }
+  if (kv_aware) {
+    placed.match_tokens =
+        std::min(chosen.match * static_cast<size_t>(prompt.block_size), prompt.tokens.size());
   }
   engine->AddInflight(phase, 1);
   Reservation r;
@@ -247,6 +269,9 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
   if (metrics_ != nullptr && placed.prompt_bytes > 0) {
     metrics_->placement.ObserveMatchFraction(static_cast<double>(placed.match_bytes) /
                                              static_cast<double>(placed.prompt_bytes));
+  } else if (metrics_ != nullptr && kv_aware) {
+    metrics_->placement.ObserveMatchFraction(static_cast<double>(placed.match_tokens) /
+                                             static_cast<double>(prompt.tokens.size()));
   }
   if (info != nullptr) *info = placed;
   return r;
@@ -254,22 +279,42 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
 
 std::optional<Fleet::Reservation> Fleet::ReserveDecode(const std::vector<std::string>& excluded,
                                                        const std::string& avoid,
-                                                       PlacementInfo* info) {
+                                                       PlacementInfo* info,
+                                                       const PlacementPrompt& prompt) {
   const MonoTime now = clock_.Now();
   const std::shared_ptr<const PlacementView> view = View();
-  const std::vector<Candidate> candidates =
-      Candidates(*view, Phase::kDecode, excluded, avoid, now);
-  const std::optional<size_t> pos =
-      ChooseLeastLoaded(candidates, rotation_[1].fetch_add(1, std::memory_order_relaxed));
-  if (!pos) return std::nullopt;
+  std::vector<Candidate> candidates = Candidates(*view, Phase::kDecode, excluded, avoid, now);
+  const size_t rotation = rotation_[1].fetch_add(1, std::memory_order_relaxed);
+  const KvBlockLookup* lookup = kv_lookup_.load();
+  const bool kv_aware = !prompt.tokens.empty() && lookup != nullptr;
+  std::optional<Choice> choice;
+  if (kv_aware) {
+    MatchKvBlocks(*lookup, *view, prompt.tokens, candidates);
+    choice = ChooseCacheAware(
+        candidates, rotation,
+        ImbalanceLimit{view->placement.imbalance_abs, view->placement.imbalance_rel});
+  } else if (std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation)) {
+    choice = Choice{*pos, PlacementReason::kLeastLoaded};
+  }
+  if (!choice) return std::nullopt;
+  const Candidate& chosen = candidates[choice->pos];
   Reservation r;
-  r.engine_ = view->engines[candidates[*pos].index].engine;
+  r.engine_ = view->engines[chosen.index].engine;
   r.engine_->AddReserved(1);
   r.phase_ = Phase::kDecode;
   r.reserved_ = true;
-  r.reason_ =
-      candidates[*pos].avoid ? PlacementReason::kSameWorker : PlacementReason::kLeastLoaded;
-  if (info != nullptr) *info = PlacementInfo{r.reason_, 0, 0};
+  r.reason_ = chosen.avoid && choice->reason == PlacementReason::kLeastLoaded
+                  ? PlacementReason::kSameWorker
+                  : choice->reason;
+  if (info != nullptr) {
+    PlacementInfo placed;
+    placed.reason = r.reason_;
+    if (kv_aware) {
+      placed.match_tokens =
+          std::min(chosen.match * static_cast<size_t>(prompt.block_size), prompt.tokens.size());
+    }
+    *info = placed;
+  }
   return r;
 }
 
@@ -384,12 +429,11 @@ void Fleet::ApplyAttempt(const AttemptReport& a) {
     // Evidence is about the incarnations the attempt was placed on.
     DoRecordFailure(*a.failure, a.producer, a.producer_incarnation, a.consumer_incarnation);
     if (a.failure->reason == engines::FailureReason::kEngineRejected) {
-      DoRecordSuccess(a.failure->iid, Success::kEngineRejected,
-                      a.failure->iid == a.producer ? a.producer_incarnation
-                                                   : a.consumer_incarnation);
+      DoRecordSuccess(
+          a.failure->iid, Success::kEngineRejected,
+          a.failure->iid == a.producer ? a.producer_incarnation : a.consumer_incarnation);
     }
   }
 }
-
 
 }  // namespace narwhal::router

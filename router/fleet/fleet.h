@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@
 #include "router/fleet/fleet_control.h"
 #include "router/fleet/fleet_event.h"
 #include "router/fleet/fleet_event_counts.h"
+#include "router/fleet/kv_block_lookup.h"
 #include "router/fleet/kv_recompute.h"
 #include "router/fleet/link_book.h"
 #include "router/fleet/membership.h"
@@ -64,6 +66,19 @@ struct PlacementInfo {
   PlacementReason reason = PlacementReason::kLeastLoaded;
   size_t match_bytes = 0;   // prompt bytes the producer's prefix index held
   size_t prompt_bytes = 0;  // bytes of the prompt's rendered text
+  // With token ids (kv_events, B27/B28): the prompt's tokens the chosen
+  // engine's KV-event index holds (leading blocks x block size, at most
+  // the prompt).
+  size_t match_tokens = 0;
+};
+
+// What placement knows of a prompt: its text key (placement.prefill
+// "cache_aware") and its token ids (KV-event matches, B27/B28). Either may
+// be absent.
+struct PlacementPrompt {
+  const PromptKey* text = nullptr;
+  std::span<const uint32_t> tokens;
+  int block_size = 16;  // kv_events.block_size
 };
 
 class Fleet : private FleetControl, private FleetAdmin {
@@ -108,20 +123,29 @@ class Fleet : private FleetControl, private FleetAdmin {
   // Places a leg: an engine in placement for `phase`, not in `excluded`,
   // least in-flight first; `avoid` (decode: the producer, B5) only when no
   // other engine can take it. Nullopt when no engine can.
-  // Prefill with `key` under placement.prefill "cache_aware": the longest
-  // prefix match instead (ChooseCacheAware), and the prompt is indexed for
-  // the chosen producer. Decode counts reserved legs as load too. `info`,
-  // when given, says why.
+  // Prefill with a text key under placement.prefill "cache_aware": the
+  // longest prefix match instead (ChooseCacheAware), and the prompt is
+  // indexed for the chosen producer; with token ids under "kv_events": the
+  // longest run of leading blocks the producers' KV-event indexes hold
+  // (same guard). Decode counts reserved legs as load too. `info`, when
+  // given, says why.
   std::optional<Reservation> PickAndReserve(Phase phase, const std::vector<std::string>& excluded,
                                             const std::string& avoid = "",
-                                            const PromptKey* key = nullptr,
+                                            const PlacementPrompt& prompt = {},
                                             PlacementInfo* info = nullptr);
   // A decode leg placed before its prefill runs: counted as reserved on the
   // consumer (placement load, not in flight), so a burst of prefills spreads
   // over the consumers before any decode starts. Activate() it once the
-  // handoff exists.
+  // handoff exists. With the prompt's token ids and a KV lookup, the
+  // consumer holding the longest run of its leading blocks (same guard as
+  // the prefill's; B28 chooses the decode engine first).
   std::optional<Reservation> ReserveDecode(const std::vector<std::string>& excluded,
-                                           const std::string& avoid, PlacementInfo* info = nullptr);
+                                           const std::string& avoid, PlacementInfo* info = nullptr,
+                                           const PlacementPrompt& prompt = {});
+  // The engines' KV-event indexes placement matches token ids against
+  // (null: none; every engine holds nothing). Call before the first
+  // request; `lookup` must outlive the Fleet.
+  void SetKvLookup(const KvBlockLookup* lookup) { kv_lookup_.store(lookup); }
   // Turns a ReserveDecode() reservation into an in-flight leg when its
   // consumer is still in placement and not in `excluded`; else releases it
   // and returns false (place the leg again).
@@ -215,6 +239,8 @@ class Fleet : private FleetControl, private FleetAdmin {
                                     const std::vector<std::string>& excluded,
                                     const std::string& avoid, MonoTime now) const;
   void CountDecision(Phase phase, PlacementReason reason);
+  static void MatchKvBlocks(const KvBlockLookup& lookup, const PlacementView& view,
+                            std::span<const uint32_t> tokens, std::vector<Candidate>& candidates);
   // A task posted to the owner's executor holds this, not the fleet: a
   // fleet that is gone is seen as such.
   struct ApplyGuard {
@@ -305,6 +331,7 @@ class Fleet : private FleetControl, private FleetAdmin {
   std::shared_ptr<const Settings> settings_;  // mu_
   const Clock& clock_;
   Metrics* metrics_;
+  std::atomic<const KvBlockLookup*> kv_lookup_{nullptr};
   Journal* journal_;
   EventBus* events_;
   FleetEventCounts counts_;

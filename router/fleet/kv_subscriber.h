@@ -34,6 +34,7 @@
 #include "router/common/clock.h"
 #include "router/common/metrics.h"
 #include "router/fleet/kv_block_index.h"
+#include "router/fleet/kv_block_lookup.h"
 #include "router/fleet/kv_event_stream.h"
 
 namespace zmq {
@@ -74,11 +75,11 @@ struct KvSourceStatus {
   std::string last_cold;  // why, the last time
 };
 
-class KvSubscriber {
+class KvSubscriber : public KvBlockLookup {
  public:
   // `metrics` may be null.
   KvSubscriber(const Clock& clock, KvSubscriberOptions options, Metrics* metrics);
-  ~KvSubscriber();  // Stop()
+  ~KvSubscriber() override;  // Stop()
   KvSubscriber(const KvSubscriber&) = delete;
   KvSubscriber& operator=(const KvSubscriber&) = delete;
 
@@ -95,7 +96,8 @@ class KvSubscriber {
   // --- readers: any thread ---
   // How many of `tokens`' leading blocks engine `iid` holds (0 for an
   // engine without a subscription, or cold).
-  size_t LeadingBlocks(const std::string& iid, std::span<const uint32_t> tokens) const;
+  size_t LeadingBlocks(const std::string& iid,
+                       std::span<const uint32_t> tokens) const override;
   std::optional<KvSourceStatus> Status(const std::string& iid) const;
   std::vector<KvSourceStatus> Statuses() const;
 

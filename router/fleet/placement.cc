@@ -1,9 +1,10 @@
 #include "router/fleet/placement.h"
 
+#include <algorithm>
+
 namespace narwhal::router {
 
-std::optional<size_t> ChooseLeastLoaded(const std::vector<Candidate>& candidates,
-                                        size_t rotation) {
+std::optional<size_t> ChooseLeastLoaded(const std::vector<Candidate>& candidates, size_t rotation) {
   const size_t n = candidates.size();
   if (n == 0) return std::nullopt;
   std::optional<size_t> best;
@@ -35,13 +36,15 @@ std::optional<Choice> ChooseCacheAware(const std::vector<Candidate>& candidates,
   if (n == 0) return std::nullopt;
   std::optional<size_t> matched;  // longest match, then fewest in flight
   std::optional<size_t> least;    // fewest in flight, then smallest index
+  const bool any_preferred = std::any_of(candidates.begin(), candidates.end(),
+                                         [](const Candidate& c) { return !c.avoid; });
   for (size_t k = 0; k < n; ++k) {
     const size_t pos = (rotation + k) % n;
     const Candidate& c = candidates[pos];
+    if (any_preferred && c.avoid) continue;
     if (c.match > 0) {
       const Candidate* m = matched ? &candidates[*matched] : nullptr;
-      if (m == nullptr || c.match > m->match ||
-          (c.match == m->match && c.inflight < m->inflight)) {
+      if (m == nullptr || c.match > m->match || (c.match == m->match && c.inflight < m->inflight)) {
         matched = pos;
       }
     }

@@ -36,11 +36,12 @@ struct Choice {
   PlacementReason reason = PlacementReason::kLeastLoaded;
 };
 
-// Cache-aware prefill: the candidate with the longest prefix match (ties:
+// Cache-aware placement: the candidate with the longest prefix match (ties:
 // fewest in flight, then rotation), unless nothing matched or it is
 // Imbalanced() against the least-loaded candidate; then the least loaded,
 // ties going to the smallest index (the engine with the most room), then
-// rotation. Nullopt if empty.
+// rotation. Candidates marked `avoid` count only when every one is.
+// Nullopt if empty.
 std::optional<Choice> ChooseCacheAware(const std::vector<Candidate>& candidates, size_t rotation,
                                        const ImbalanceLimit& limit);
 

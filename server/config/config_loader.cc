@@ -209,6 +209,8 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   placement->set_index_chunks(s.placement.index_chunks);
   placement->set_imbalance_abs(s.placement.imbalance_abs);
   placement->set_imbalance_rel(s.placement.imbalance_rel);
+  placement->set_disaggregate(s.placement.disaggregate);
+  placement->set_min_uncached_tokens(s.placement.min_uncached_tokens);
   c.mutable_links()->set_hold_after(s.links.hold_after);
   c.mutable_links()->set_window_s(s.links.window_s);
   pb::Discovery* discovery = c.mutable_discovery();
@@ -225,6 +227,8 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   kv_events->set_block_size(s.kv_events.block_size);
   kv_events->set_replay_timeout_s(s.kv_events.replay_timeout_s);
   kv_events->set_max_blocks_per_engine(s.kv_events.max_blocks_per_engine);
+  kv_events->set_tokenizer(s.kv_events.tokenizer);
+  kv_events->set_tokenize_timeout_s(s.kv_events.tokenize_timeout_s);
   return c;
 }
 

@@ -22,7 +22,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-
 #include "narwhal/config/v1/config.pb.h"
 #include "router/common/settings.h"
 #include "server/config/address_rules.h"
@@ -143,9 +142,9 @@ bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* 
                        absl::StrCat(Quote(out->dns), " port ", out->port), iid, seen);
   }
   f.String(E::kKvEngineIdFieldNumber, &out->kv_engine_id);
-  for (const auto& [number, field] : {std::pair{E::kKvEventsFieldNumber, &out->kv_events},
-                                      std::pair{E::kKvEventsReplayFieldNumber,
-                                                &out->kv_events_replay}}) {
+  for (const auto& [number, field] :
+       {std::pair{E::kKvEventsFieldNumber, &out->kv_events},
+        std::pair{E::kKvEventsReplayFieldNumber, &out->kv_events_replay}}) {
     std::string endpoint;
     if (!f.String(number, &endpoint) || !f.Present(number)) continue;
     if (std::optional<std::string> why = ZmqEndpointError(endpoint)) {
@@ -369,6 +368,8 @@ void ValidatePlacement(const Fields& f, router::PlacementSettings* out) {
   f.Int(P::kIndexChunksFieldNumber, &out->index_chunks);
   f.Int(P::kImbalanceAbsFieldNumber, &out->imbalance_abs);
   f.Number(P::kImbalanceRelFieldNumber, &out->imbalance_rel);
+  f.String(P::kDisaggregateFieldNumber, &out->disaggregate);
+  f.Int(P::kMinUncachedTokensFieldNumber, &out->min_uncached_tokens);
 }
 
 void ValidateLinks(const Fields& f, router::LinkSettings* out) {
@@ -409,6 +410,21 @@ void ValidateKvEvents(const Fields& f, router::KvEventsSettings* out) {
   f.Int(K::kBlockSizeFieldNumber, &out->block_size);
   f.Number(K::kReplayTimeoutSFieldNumber, &out->replay_timeout_s);
   f.Int(K::kMaxBlocksPerEngineFieldNumber, &out->max_blocks_per_engine);
+  f.Number(K::kTokenizeTimeoutSFieldNumber, &out->tokenize_timeout_s);
+  std::string tokenizer;
+  if (f.String(K::kTokenizerFieldNumber, &tokenizer) && f.Present(K::kTokenizerFieldNumber)) {
+    std::string normalized = tokenizer;
+    std::string identity;
+    if (tokenizer != "engine") {
+      if (std::optional<std::string> why = EngineUrlError(tokenizer, &normalized, &identity)) {
+        f.Error(K::kTokenizerFieldNumber,
+                absl::StrCat("must be \"engine\" or http://host:port: ", *why, " (got ",
+                             Quote(WithoutUserinfo(tokenizer)), ")"));
+        return;
+      }
+    }
+    out->tokenizer = normalized;
+  }
 }
 
 void ValidateMembership(const Fields& f, router::MembershipSettings* out) {

@@ -63,7 +63,8 @@ void BM_Decision(benchmark::State& state, const std::string& policy) {
   for (int i = 0; i < kPrefixes; ++i) {
     prefixes.push_back(Text(static_cast<uint64_t>(i), prompt_bytes));
     const PromptKey key = PrefixIndex::Key(prefixes.back());
-    fleet.PickAndReserve(Phase::kPrefill, {}, "", &key);  // released at once
+    fleet.PickAndReserve(Phase::kPrefill, {}, "",
+                         PlacementPrompt{&key, {}, 16});  // released at once
   }
   size_t indexed = 0;
   for (const EngineSnapshot& s : fleet.admin().Snapshot()) indexed += s.prefix_index_chunks;
@@ -72,7 +73,8 @@ void BM_Decision(benchmark::State& state, const std::string& policy) {
     const std::string& prefix = prefixes[(n * 7919) % kPrefixes];
     nlohmann::json body = {{"prompt", prefix + Text(1000000 + n, 200)}};
     const PromptKey key = PrefixIndex::Key(PromptText(engines::Api::kCompletions, body));
-    std::optional<Fleet::Reservation> r = fleet.PickAndReserve(Phase::kPrefill, {}, "", &key);
+    std::optional<Fleet::Reservation> r =
+        fleet.PickAndReserve(Phase::kPrefill, {}, "", PlacementPrompt{&key, {}, 16});
     benchmark::DoNotOptimize(r);
     ++n;
   }

@@ -167,7 +167,7 @@ class FleetPlacementTest : public ::testing::Test {
                     const std::vector<std::string>& excluded = {}) {
     const PromptKey key = PrefixIndex::Key(text);
     std::optional<Fleet::Reservation> r =
-        fleet.PickAndReserve(Phase::kPrefill, excluded, "", &key, info);
+        fleet.PickAndReserve(Phase::kPrefill, excluded, "", PlacementPrompt{&key, {}, 16}, info);
     if (!r) return "";
     const std::string iid = r->target().iid;
     if (keep != nullptr) keep->push_back(std::move(*r));

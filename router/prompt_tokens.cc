@@ -1,0 +1,191 @@
+#include "router/prompt_tokens.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace narwhal::router {
+namespace {
+
+using json = nlohmann::json;
+namespace od = simdjson::ondemand;
+
+// Fields of a chat request that change what its template renders (vLLM's
+// chat form of /tokenize).
+constexpr std::string_view kChatFields[] = {"model",
+                                            "messages",
+                                            "add_generation_prompt",
+                                            "continue_final_message",
+                                            "add_special_tokens",
+                                            "chat_template",
+                                            "chat_template_kwargs",
+                                            "mm_processor_kwargs",
+                                            "tools",
+                                            "documents"};
+
+// A completion prompt given as token ids: [1, 2, 3] or [[1, 2, 3]].
+bool TokenIds(const json& prompt, std::vector<uint32_t>* ids) {
+  const json* list = &prompt;
+  if (prompt.size() == 1 && prompt[0].is_array()) list = &prompt[0];
+  if (list->empty()) return false;
+  ids->reserve(list->size());
+  for (const json& id : *list) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return false;
+    }
+    ids->push_back(static_cast<uint32_t>(id.get<uint64_t>()));
+  }
+  return true;
+}
+
+PromptTokens Failed(TokenizeFailure failure, std::string detail) {
+  PromptTokens out;
+  out.failure = failure;
+  out.detail = std::move(detail);
+  return out;
+}
+
+}  // namespace
+
+TokenizeQuery MakeTokenizeQuery(engines::Api api, const json& client_body) {
+  TokenizeQuery q;
+  if (api == engines::Api::kChatCompletions) {
+    json body = json::object();
+    for (std::string_view field : kChatFields) {
+      if (auto it = client_body.find(field); it != client_body.end()) body[field] = *it;
+    }
+    q.body = std::move(body);
+    return q;
+  }
+  const auto prompt = client_body.find("prompt");
+  if (prompt == client_body.end()) {
+    q.direct = Failed(TokenizeFailure::kUnsupported, "the request has no prompt");
+    return q;
+  }
+  if (prompt->is_array()) {
+    if (prompt->size() == 1 && (*prompt)[0].is_string()) {
+      json body = {{"prompt", (*prompt)[0]}};
+      if (auto it = client_body.find("model"); it != client_body.end()) body["model"] = *it;
+      if (auto it = client_body.find("add_special_tokens"); it != client_body.end()) {
+        body["add_special_tokens"] = *it;
+      }
+      q.body = std::move(body);
+      return q;
+    }
+    if (!TokenIds(*prompt, &q.direct.ids)) {
+      q.direct = Failed(TokenizeFailure::kUnsupported,
+                        "the prompt is a list of several prompts: no one prompt to place by");
+    }
+    return q;
+  }
+  json body = {{"prompt", *prompt}};
+  if (auto it = client_body.find("model"); it != client_body.end()) body["model"] = *it;
+  if (auto it = client_body.find("add_special_tokens"); it != client_body.end()) {
+    body["add_special_tokens"] = *it;
+  }
+  q.body = std::move(body);
+  return q;
+}
+
+bool ParseTokenizeAnswer(std::string_view body, size_t max_tokens, std::vector<uint32_t>* ids,
+                         std::string* why) {
+  ids->clear();
+  const simdjson::padded_string text(body);
+  od::parser parser;
+  od::document doc;
+  od::object root;
+  if (parser.iterate(text).get(doc) != simdjson::SUCCESS ||
+      doc.get_object().get(root) != simdjson::SUCCESS) {
+    *why = "the answer is not a JSON object";
+    return false;
+  }
+  od::array tokens;
+  if (root.find_field_unordered("tokens").get_array().get(tokens) != simdjson::SUCCESS) {
+    *why = "the answer has no \"tokens\" array";
+    return false;
+  }
+  for (auto element : tokens) {
+    uint64_t id = 0;
+    if (element.get_uint64().get(id) != simdjson::SUCCESS ||
+        id > std::numeric_limits<uint32_t>::max()) {
+      *why = "\"tokens\" holds something that is not a token id";
+      ids->clear();
+      return false;
+    }
+    if (ids->size() == max_tokens) {
+      *why = absl::StrCat("\"tokens\" holds more than ", max_tokens, " ids");
+      ids->clear();
+      return false;
+    }
+    ids->push_back(static_cast<uint32_t>(id));
+  }
+  if (ids->empty()) {
+    *why = "\"tokens\" is empty";
+    return false;
+  }
+  return true;
+}
+
+engines::Awaitable<PromptTokens> Tokenize(engines::AsyncEngineClient& client,
+                                          engines::EngineTarget target, json body,
+                                          size_t max_tokens, double timeout_s) {
+  const engines::ControlResponse answer =
+      co_await client.Control(target, "POST", "/tokenize", body.dump(), timeout_s);
+  if (answer.status == 0) {
+    co_return Failed(answer.timed_out ? TokenizeFailure::kTimeout : TokenizeFailure::kError,
+                     absl::StrCat("tokenize on ", target.iid, ": ", answer.error));
+  }
+  if (!answer.ok()) {
+    co_return Failed(TokenizeFailure::kError,
+                     absl::StrCat("tokenize on ", target.iid, ": HTTP ", answer.status));
+  }
+  PromptTokens out;
+  std::string why;
+  if (!ParseTokenizeAnswer(answer.body, max_tokens, &out.ids, &why)) {
+    co_return Failed(TokenizeFailure::kError, absl::StrCat("tokenize on ", target.iid, ": ", why));
+  }
+  co_return out;
+}
+
+std::optional<engines::EngineTarget> TokenizerTarget(const std::string& tokenizer,
+                                                     const PlacementView& view,
+                                                     engines::MonoTime now, size_t rotation) {
+  if (tokenizer != "engine") return engines::EngineTarget{"tokenizer", tokenizer};
+  std::vector<const ViewEngine*> serving;
+  for (const ViewEngine& e : view.engines) {
+    if (view.Eligible(e, engines::Phase::kPrefill, now) ||
+        view.Eligible(e, engines::Phase::kDecode, now)) {
+      serving.push_back(&e);
+    }
+  }
+  if (serving.empty()) return std::nullopt;
+  return serving[rotation % serving.size()]->engine->target();
+}
+
+engines::Awaitable<PromptTokens> TokenizePrompt(engines::AsyncEngineClient& client,
+                                                const Settings& settings, const PlacementView& view,
+                                                engines::Api api, const json& client_body,
+                                                engines::MonoTime now, engines::MonoTime deadline,
+                                                size_t rotation) {
+  TokenizeQuery query = MakeTokenizeQuery(api, client_body);
+  if (!query.body) co_return std::move(query.direct);
+  const std::optional<engines::EngineTarget> target =
+      TokenizerTarget(settings.kv_events.tokenizer, view, now, rotation);
+  if (!target)
+    co_return Failed(TokenizeFailure::kNoEngine, "no engine in placement to tokenize on");
+  double timeout_s = settings.kv_events.tokenize_timeout_s;
+  if (deadline != engines::MonoTime::max()) {
+    timeout_s = std::min(timeout_s, engines::Seconds(deadline - now));
+    if (timeout_s <= 0) co_return Failed(TokenizeFailure::kTimeout, "the request deadline passed");
+  }
+  // No prompt the engines accept is longer than the model's context (or, while
+  // that is unknown, than a million tokens).
+  constexpr size_t kMaxPromptTokens = 1 << 20;
+  co_return co_await Tokenize(client, *target, std::move(*query.body), kMaxPromptTokens, timeout_s);
+}
+
+}  // namespace narwhal::router
