@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -33,11 +34,24 @@ bool TokenIds(const json& prompt, std::vector<uint32_t>* ids) {
   if (prompt.size() == 1 && prompt[0].is_array()) list = &prompt[0];
   if (list->empty()) return false;
   ids->reserve(list->size());
+  constexpr double kMaxId = std::numeric_limits<uint32_t>::max();
   for (const json& id : *list) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+    // Parsed text gives unsigned integers; a body built another way (the
+    // gRPC door) may hold signed or integral floating-point ones.
+    double value = -1;
+    if (id.is_number_unsigned()) {
+      value = id.get<uint64_t>() > kMaxId ? -1 : static_cast<double>(id.get<uint64_t>());
+    } else if (id.is_number_integer()) {
+      value = static_cast<double>(id.get<int64_t>());
+    } else if (id.is_number_float()) {
+      value = id.get<double>();
+      if (value != std::floor(value)) value = -1;
+    }
+    if (!(value >= 0 && value <= kMaxId)) {
+      ids->clear();
       return false;
     }
-    ids->push_back(static_cast<uint32_t>(id.get<uint64_t>()));
+    ids->push_back(static_cast<uint32_t>(value));
   }
   return true;
 }

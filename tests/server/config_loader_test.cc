@@ -635,6 +635,35 @@ TEST(ConfigKvEvents, B26_EndpointsAreTcpHostPortTheRouterConnectsTo) {
                   "kv_events.replay_timeout_s");
 }
 
+TEST(ConfigKvEvents, B27_TheTokenizerIsAnEngineOrAnHttpBaseUrl) {
+  json config = MinimalConfig();
+  config["placement"] = {{"prefill", "kv_events"}, {"disaggregate", "auto"},
+                         {"min_uncached_tokens", 256}};
+  Settings s = MustLoad(config);
+  EXPECT_TRUE(s.placement.kv_events());
+  EXPECT_TRUE(s.placement.auto_disaggregate());
+  EXPECT_EQ(s.placement.min_uncached_tokens, 256);
+  EXPECT_EQ(s.kv_events.tokenizer, "engine");
+  EXPECT_EQ(s.kv_events.tokenize_timeout_s, 0.5);
+  config["kv_events"] = {{"tokenizer", "http://tokenizer.internal:8000/"},
+                         {"tokenize_timeout_s", 0.25}};
+  s = MustLoad(config);
+  EXPECT_EQ(s.kv_events.tokenizer, "http://tokenizer.internal:8000");  // without the "/"
+  EXPECT_EQ(s.kv_events.tokenize_timeout_s, 0.25);
+  config["kv_events"] = {{"tokenizer", "tokenizer.internal:8000"}};
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "kv_events.tokenizer must be \"engine\" or http://host:port: must start with "
+                  "http://");
+  config["kv_events"] = {{"tokenizer", "http://t:8000/tokenize"}};
+  EXPECT_CONTAINS(LoadErrorOf(config), "a path is not allowed");
+  config["kv_events"] = {{"tokenize_timeout_s", 0}};
+  EXPECT_CONTAINS(LoadErrorOf(config), "kv_events.tokenize_timeout_s");
+  config.erase("kv_events");
+  config["placement"]["disaggregate"] = "sometimes";
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "placement.disaggregate must be one of \"always\", \"auto\"");
+}
+
 TEST(ConfigEngineUrl, HttpsNotSupported) {
   EXPECT_CONTAINS(UrlError("https://10.0.0.1:8000"),
                   "engines[0].url must be http://host:port: https is not supported");

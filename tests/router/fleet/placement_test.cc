@@ -116,6 +116,26 @@ TEST(PrefixIndexTest, PromptTextOfCompletionsAndChat) {
 // ---------------------------------------------------------------------------
 // ChooseCacheAware
 
+TEST(ChooseCacheAwareTest, AnAvoidedEngineCountsOnlyWhenNoOtherIs) {
+  // B28's prefill avoids the decode engine chosen first: even holding the
+  // longest run (and idle), it loses to any other producer.
+  std::vector<Candidate> c = {{0, 0, true, 9, 0}, {1, 4, false, 2, 0}, {2, 5, false, 0, 0}};
+  std::optional<Choice> choice = ChooseCacheAware(c, 0, ImbalanceLimit{100, 100});
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->pos, 1u);
+  EXPECT_EQ(choice->reason, PlacementReason::kPrefixMatch);
+  c = {{0, 0, true, 9, 0}, {1, 4, false, 0, 0}};
+  choice = ChooseCacheAware(c, 0, ImbalanceLimit{100, 100});
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->pos, 1u);
+  EXPECT_EQ(choice->reason, PlacementReason::kLeastLoaded);
+  // The only candidate: taken.
+  c = {{0, 3, true, 9, 0}};
+  choice = ChooseCacheAware(c, 0, ImbalanceLimit{100, 100});
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->pos, 0u);
+}
+
 TEST(ChooseCacheAwareTest, LongestMatchThenImbalanceThenLeastLoaded) {
   const ImbalanceLimit limit{2, 1.5};
   // No match: least loaded; ties go to the smaller index.
@@ -193,7 +213,8 @@ class FleetPlacementTest : public ::testing::Test {
 TEST_F(FleetPlacementTest, EverySeriesExistsAtZeroFromTheStart) {
   Fleet fleet(settings_, clock_, &metrics_);
   for (const char* phase : {"prefill", "decode"}) {
-    for (const char* reason : {"least_loaded", "prefix_match", "imbalance", "same_worker"}) {
+    for (const char* reason :
+         {"least_loaded", "prefix_match", "imbalance", "same_worker", "local_prefill"}) {
       EXPECT_EQ(Decisions(phase, reason), 0) << phase << " " << reason;
     }
   }
