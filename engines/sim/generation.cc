@@ -232,8 +232,17 @@ bool Generation::Respond(httplib::Response& res) {
   res.set_content(Dump(body), "application/json");
   SetStatus(200);
   state_.requests.Update(seq_, [count](RequestRecord& r) { r.tokens_sent = count; });
+  if (!Is(FaultKind::kDoneBeforeToken)) CacheGenerated(count);
   End(Is(FaultKind::kDoneBeforeToken) ? RequestEnd::kFault : RequestEnd::kComplete);
   return true;
+}
+
+void Generation::CacheGenerated(int count) {
+  // vLLM caches every full block it computed, the generated tokens' too: a
+  // conversation's next turn finds the reply cached where it was decoded. A
+  // producer's one-token prefill fills no block of its own.
+  if (request_.kv.kind == KvParams::Kind::kProducer || count <= 0) return;
+  state_.prefix_cache.StoreBlocks(request_.prompt + GenerateText(request_.prompt, count));
 }
 
 bool Generation::Stream(httplib::DataSink& sink) {
@@ -332,6 +341,7 @@ bool Generation::Stream(httplib::DataSink& sink) {
     return false;
   }
   if (!Write(sink, DoneEvent())) return false;
+  CacheGenerated(tokens_sent_);
   End(RequestEnd::kComplete);
   return true;
 }

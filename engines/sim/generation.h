@@ -75,6 +75,9 @@ class Generation {
   static constexpr const char* kInvalidMark = "\x01";
   void MakeTextInvalid(std::string* event) const;
   void End(RequestEnd end);
+  // A completed generation's full blocks (prompt and `count` generated
+  // tokens) go to the prefix cache, as vLLM's do.
+  void CacheGenerated(int count);
   void EndAfterWait(WaitEnd how);
   void SetStatus(int status);
   void CountToken();
