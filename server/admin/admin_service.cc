@@ -368,7 +368,8 @@ grpc::ServerUnaryReactor* AdminService::AddEngine(grpc::CallbackServerContext* c
                                                   pb::Engine* response) {
   if (grpc::Status s = Admit(context); !s.ok()) return FinishNow(context, s);
   absl::StatusOr<router::EngineSettings> engine =
-      RuntimeEngine(request->iid(), request->url(), request->role(), request->kv_engine_id());
+      RuntimeEngine({request->iid(), request->url(), request->role(), request->kv_engine_id(),
+                     request->kv_events(), request->kv_events_replay()});
   if (!engine.ok()) return FinishNow(context, ToGrpcStatus(engine.status()));
   std::vector<router::EngineSettings> members;
   for (const EngineSnapshot& m : fleet_.admin().Snapshot()) members.push_back(m.settings);

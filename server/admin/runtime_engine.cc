@@ -13,13 +13,13 @@ constexpr size_t kMaxKvEngineIdBytes = 256;
 
 }  // namespace
 
-absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
-                                                     const std::string& url,
-                                                     const std::string& role,
-                                                     const std::string& kv_engine_id) {
+absl::StatusOr<router::EngineSettings> RuntimeEngine(const RuntimeEngineSpec& spec) {
+  const std::string& iid = spec.iid;
+  const std::string& url = spec.url;
+  const std::string& role = spec.role;
+  const std::string& kv_engine_id = spec.kv_engine_id;
   if (iid.empty()) return absl::InvalidArgumentError("iid is required");
-  if (iid.size() > kMaxIidBytes ||
-      !std::all_of(iid.begin(), iid.end(), config_file::IsIidChar)) {
+  if (iid.size() > kMaxIidBytes || !std::all_of(iid.begin(), iid.end(), config_file::IsIidChar)) {
     return absl::InvalidArgumentError("iid must be 1-" + std::to_string(kMaxIidBytes) +
                                       " characters of [A-Za-z0-9._-] (got \"" +
                                       engines::EngineText(iid) + "\")");
@@ -28,7 +28,8 @@ absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
   e.iid = iid;
   std::string identity;
   if (std::optional<std::string> why = config_file::EngineUrlError(url, &e.url, &identity)) {
-    return absl::InvalidArgumentError("url " + *why + " (got \"" + engines::EngineText(url) + "\")");
+    return absl::InvalidArgumentError("url " + *why + " (got \"" + engines::EngineText(url) +
+                                      "\")");
   }
   if (role.empty() || role == "both") {
     e.role = router::Role::kBoth;
@@ -45,6 +46,20 @@ absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
                                       std::to_string(kMaxKvEngineIdBytes) + " bytes");
   }
   e.kv_engine_id = kv_engine_id;
+  for (const auto& [name, endpoint] :
+       {std::pair<const char*, const std::string*>{"kv_events", &spec.kv_events},
+        {"kv_events_replay", &spec.kv_events_replay}}) {
+    if (endpoint->empty()) continue;
+    if (std::optional<std::string> why = config_file::ZmqEndpointError(*endpoint)) {
+      return absl::InvalidArgumentError(std::string(name) + " must be tcp://host:port: " + *why +
+                                        " (got \"" + engines::EngineText(*endpoint) + "\")");
+    }
+  }
+  if (!spec.kv_events_replay.empty() && spec.kv_events.empty()) {
+    return absl::InvalidArgumentError("kv_events_replay is only valid with kv_events");
+  }
+  e.kv_events = spec.kv_events;
+  e.kv_events_replay = spec.kv_events_replay;
   return e;
 }
 
@@ -58,8 +73,8 @@ absl::Status UniqueEngineUrl(const router::EngineSettings& engine,
       continue;
     }
     if (other == identity) {
-      return absl::AlreadyExistsError("url " + engine.url + " is engine " + m.iid + "'s (" +
-                                      m.url + "): one engine, one iid");
+      return absl::AlreadyExistsError("url " + engine.url + " is engine " + m.iid + "'s (" + m.url +
+                                      "): one engine, one iid");
     }
   }
   return absl::OkStatus();

@@ -15,11 +15,18 @@ namespace narwhal::server {
 // The engine, or INVALID_ARGUMENT naming the field: an empty or over-long
 // iid or one with characters outside [A-Za-z0-9._-], a URL that is not
 // http://host:port, a role other than prefill, decode or both ("" = both),
-// a kv_engine_id over 256 bytes.
-absl::StatusOr<router::EngineSettings> RuntimeEngine(const std::string& iid,
-                                                     const std::string& url,
-                                                     const std::string& role,
-                                                     const std::string& kv_engine_id);
+// a kv_engine_id over 256 bytes, KV-event endpoints that are not
+// tcp://host:port the router can connect to, a replay endpoint without an
+// event endpoint.
+struct RuntimeEngineSpec {
+  std::string iid;
+  std::string url;
+  std::string role;
+  std::string kv_engine_id;
+  std::string kv_events;
+  std::string kv_events_replay;
+};
+absl::StatusOr<router::EngineSettings> RuntimeEngine(const RuntimeEngineSpec& spec);
 
 // ALREADY_EXISTS when `engine`'s URL names the same host and port as one
 // of `members` (the fleet file's duplicate rule: localhost, 127.0.0.1 and

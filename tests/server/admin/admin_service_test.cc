@@ -343,6 +343,40 @@ TEST(AdminServiceTest, AddEngineRefusesAnotherIidForAnEngineAlreadyInTheFleet) {
   EXPECT_EQ(engine.iid(), "d9");
 }
 
+TEST(AdminServiceTest, B26_AddEngineTakesItsKvEventEndpoints) {
+  AdminHarness h(AdminTestSettings(OfflineEngines()));
+  pb::Engine engine;
+  pb::AddEngineRequest request;
+  request.set_iid("d9");
+  request.set_role("decode");
+  request.set_url("http://127.0.0.1:19");
+  // vLLM's bind wildcard names no engine; a replay endpoint alone has no
+  // stream to repair.
+  request.set_kv_events("tcp://*:5557");
+  grpc::Status s = Call(h, &pb::Admin::Stub::AddEngine, request, &engine);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("kv_events must be tcp://host:port"), std::string::npos)
+      << s.error_message();
+  request.clear_kv_events();
+  request.set_kv_events_replay("tcp://127.0.0.1:5558");
+  s = Call(h, &pb::Admin::Stub::AddEngine, request, &engine);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("kv_events_replay is only valid with kv_events"),
+            std::string::npos)
+      << s.error_message();
+  request.set_kv_events("tcp://127.0.0.1:5557");
+  ASSERT_TRUE(Call(h, &pb::Admin::Stub::AddEngine, request, &engine).ok());
+  // The subscriber is handed what the fleet's members publish.
+  bool found = false;
+  for (const router::KvEndpoint& e : h.fleet().control().KvEndpoints()) {
+    if (e.iid != "d9") continue;
+    found = true;
+    EXPECT_EQ(e.events, "tcp://127.0.0.1:5557");
+    EXPECT_EQ(e.replay, "tcp://127.0.0.1:5558");
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(AdminServiceTest, DrainingTheLastEngineOfARoleNeedsForce) {
   AdminHarness h(AdminTestSettings(OfflineEngines()));
   pb::Engine engine;
