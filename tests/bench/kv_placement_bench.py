@@ -14,16 +14,24 @@ from empty, equal caches. After about 40% of the requests one prefill engine is
 killed (SIGKILL) and started again on the same ports: its cache is gone, which
 the router's text index cannot see and its KV-event subscriber can.
 
+Each turn sends the whole conversation back (system prompt, user messages and
+the replies exactly as streamed); a failed turn goes on with the reply the sim
+would have given (recomputed here from its generator), so the sequence stays
+the same for every configuration.
+
 Reported per configuration: prefill tokens computed across the fleet (prompt
 tokens looked up minus cached tokens, from GET /sim/prefix_cache on all four
-engines, the killed instance's last reading included), client TTFT (time to
-the first content event of a streaming request) p50/p99, requests per second,
-failures, the share of requests that ran on their decode engine without a
-prefill leg (local_prefill), and the router's placement decisions and
-tokenize failures from /metrics.
+engines, the killed instance's last reading included; also the part computed
+after the restart), client TTFT (time to the first content event of a
+streaming request) p50/p99, requests per second, failures, the share of
+requests that ran on their decode engine without a prefill leg
+(local_prefill), and from the router's /metrics its placement decisions,
+tokenize failures, KV-event gaps and skipped blocks.
 
   tests/bench/kv_placement_bench.py [--build build] [--conversations 40]
       [--turns 6] [--concurrency 10] [--seed 7] [--json] [--journal-dir DIR]
+      [--restart-at 0.4 (0: none)] [--only kv_events/auto,...]
+      [--index-chunks N] [--max-attempts N]
 """
 import argparse
 import http.client
@@ -274,6 +282,7 @@ class Fleet:
         self.procs = {}
         self.ports = {}      # iid -> (http, kv, replay)
         self.dead_stats = []  # prefix-cache stats of killed instances
+        self.at_restart = None  # every engine's stats just before the kill
         self.restart_s = None
 
     def sim_cmd(self, iid, role, port, kv_port, replay_port):
@@ -306,21 +315,24 @@ class Fleet:
         instance on the same HTTP and KV ports."""
         t0 = time.perf_counter()
         http_port, kv_port, replay_port = self.ports[iid]
-        self.dead_stats.append(json.loads(
-            http_json("127.0.0.1", http_port, "GET", "/sim/prefix_cache")[1]))
+        others = {o: json.loads(http_json("127.0.0.1", self.ports[o][0], "GET",
+                                          "/sim/prefix_cache")[1]) for o, _ in ENGINES if o != iid}
+        last = json.loads(http_json("127.0.0.1", http_port, "GET", "/sim/prefix_cache")[1])
+        self.dead_stats.append(last)
+        self.at_restart = dict(others, **{iid: last})
         proc = self.procs[iid]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        last = None
+        error = None
         for n in range(1, 40):  # the ports may take a moment to free
             try:
                 self.start_one(iid, role, http_port, kv_port, replay_port, n)
                 break
             except RuntimeError as e:
-                last = e
+                error = e
                 time.sleep(0.1)
         else:
-            raise RuntimeError("restart of %s failed: %s" % (iid, last))
+            raise RuntimeError("restart of %s failed: %s" % (iid, error))
         self.restart_s = time.perf_counter() - t0
 
     def stats(self):
@@ -353,14 +365,16 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
                          "kv_events_replay": "tcp://127.0.0.1:%d" % fleet.ports[iid][2]}
                         for iid, role in ENGINES],
             "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30},
-            # index_chunks as the README advises: a quarter of the cache in
-            # blocks (a 256-byte chunk is about four 16-token blocks).
             "placement": {"prefill": prefill, "disaggregate": disaggregate,
-                          "min_uncached_tokens": args.min_uncached_tokens,
-                          "index_chunks": max(1, args.cache_blocks // 4)},
+                          "min_uncached_tokens": args.min_uncached_tokens},
             "kv_events": {"block_size": BLOCK_TOKENS, "tokenizer": "engine",
                           "tokenize_timeout_s": 0.5},
         }
+        if args.index_chunks != 0:
+            cfg["placement"]["index_chunks"] = (args.index_chunks if args.index_chunks > 0
+                                                else max(1, args.cache_blocks // 4))
+        if args.max_attempts:
+            cfg["serving"] = {"max_attempts": args.max_attempts}
         cfg_path = os.path.join(work, "fleet-%s.json" % tag)
         json.dump(cfg, open(cfg_path, "w"), indent=1)
         cmd = [os.path.join(binary, "narwhal-serve"), "--config", cfg_path,
@@ -399,14 +413,15 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
 
         def on_progress(n):
             with fire_lock:
-                if fired[0] or n < kill_at:
+                if fired[0] or n < kill_at or not 0 < args.restart_at < 1:
                     return
                 fired[0] = True
             threading.Thread(target=restart).start()
 
         ttfts, failed, mismatched, wall = drive("127.0.0.1", port, systems, convs,
                                                 args.concurrency, args.max_tokens, on_progress)
-        restart_done.wait(timeout=30)
+        if fired[0]:
+            restart_done.wait(timeout=30)
         _, metrics = http_json("127.0.0.1", port, "GET", "/metrics")
         stats = fleet.stats()
     finally:
@@ -430,11 +445,24 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
     for labels, v in metric_values(text, "narwhal_kv_event_gaps_total").items():
         if v > 0:
             gaps["%s/%s" % (label(labels, "iid"), label(labels, "outcome"))] = int(v)
+    # Blocks the KV-event index could not take (an unknown parent, mostly:
+    # events published before a subscription (re)connected).
+    skipped = {label(k, "iid"): int(v) for k, v in
+               metric_values(text, "narwhal_kv_events_total").items()
+               if label(k, "kind") == "skipped" and v > 0}
+    log = open(os.path.join(work, "serve-%s.err" % tag)).read()
+    p0_ejected = len(re.findall(r"engine_ejected p0\b", log))
+    p0_readmitted = len(re.findall(r"engine_readmitted p0\b", log))
     every = list(stats.values()) + fleet.dead_stats
     per_engine = {iid: s["computed_tokens"] for iid, s in stats.items()}
     if fleet.dead_stats:
         per_engine["p0(killed)"] = sum(s["computed_tokens"] for s in fleet.dead_stats)
     local = decisions.get("prefill/local_prefill", 0)
+    prefill_tokens = sum(s["computed_tokens"] for s in every)
+    after_restart = None
+    if fleet.at_restart is not None:
+        after_restart = prefill_tokens - sum(s["computed_tokens"]
+                                             for s in fleet.at_restart.values())
     return {
         "prefill": prefill,
         "disaggregate": disaggregate,
@@ -447,7 +475,8 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
         "ttft_p50_ms": 1000 * percentile(ttfts, 50),
         "ttft_p99_ms": 1000 * percentile(ttfts, 99),
         "ttft_mean_ms": 1000 * statistics.mean(ttfts) if ttfts else float("nan"),
-        "prefill_tokens": sum(s["computed_tokens"] for s in every),
+        "prefill_tokens": prefill_tokens,
+        "prefill_tokens_after_restart": after_restart,
         "prompt_tokens_looked_up": sum(s["prompt_tokens"] for s in every),
         "cached_tokens": sum(s["cached_tokens"] for s in every),
         "prefill_tokens_per_engine": per_engine,
@@ -456,6 +485,9 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
         "placement_decisions": decisions,
         "tokenize_failures": tokenize_failures,
         "kv_event_gaps": gaps,
+        "kv_events_skipped": skipped,
+        "p0_ejected": p0_ejected,
+        "p0_readmitted": p0_readmitted,
         "restart_s": fleet.restart_s,
         "restart_error": restart_error[0] if restart_error else None,
     }
@@ -482,8 +514,15 @@ def main():
     ap.add_argument("--kv-transfer-ms", type=float, default=5)
     ap.add_argument("--min-uncached-tokens", type=int, default=256)
     ap.add_argument("--restart-at", type=float, default=0.4,
-                    help="share of the requests done when p0 is killed and restarted")
+                    help="share of the requests done when p0 is killed and restarted "
+                         "(0: no restart)")
     ap.add_argument("--settle-s", type=float, default=1.0)
+    ap.add_argument("--index-chunks", type=int, default=-1,
+                    help="placement.index_chunks; -1: a quarter of --cache-blocks, as the "
+                         "README advises (a 256-byte chunk is about four 16-token blocks); "
+                         "0: the router's default")
+    ap.add_argument("--max-attempts", type=int, default=0,
+                    help="serving.max_attempts (default: the router's, 1)")
     ap.add_argument("--only", default="", help="comma-separated prefill/disaggregate pairs")
     ap.add_argument("--journal-dir", default="", help="write each router's journal here")
     ap.add_argument("--json", action="store_true")
@@ -510,16 +549,18 @@ def main():
         "working_set_blocks": ws,
         "cache_blocks_per_engine": args.cache_blocks,
         "working_set_over_capacity": ws / args.cache_blocks,
+        "restart_after_requests": (max(1, int(round(args.restart_at * total_requests)))
+                                   if 0 < args.restart_at < 1 else None),
     }
     print("workload: %d conversations (%d requests) over %d system prompts of %d tokens, "
           "concurrency %d, seed %d; final conversation length mean %.0f / max %d tokens" % (
               len(convs), total_requests, args.systems, args.system_tokens, args.concurrency,
               args.seed, workload_info["final_conversation_tokens_mean"],
               workload_info["final_conversation_tokens_max"]))
-    print("working set %d blocks of 16 tokens; prefix cache %d blocks per engine (%.1fx); "
-          "p0 killed and restarted after %d requests" % (
-              ws, args.cache_blocks, ws / args.cache_blocks,
-              max(1, int(round(args.restart_at * total_requests)))))
+    print("working set %d blocks of 16 tokens; prefix cache %d blocks per engine (%.1fx); %s" % (
+        ws, args.cache_blocks, ws / args.cache_blocks,
+        "p0 killed and restarted after %d requests" % max(1, int(round(
+            args.restart_at * total_requests))) if 0 < args.restart_at < 1 else "no restart"))
     sys.stdout.flush()
 
     configs = CONFIGS
@@ -537,23 +578,27 @@ def main():
               file=sys.stderr)
 
     print()
-    print("| prefill | disaggregate | prefill tokens | TTFT p50 ms | TTFT p99 ms | req/s "
-          "| failed | local_prefill | restart s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| prefill | disaggregate | prefill tokens | of which after restart | TTFT p50 ms "
+          "| TTFT p99 ms | req/s | failed | local_prefill | restart s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print("| %s | %s | %d | %.1f | %.1f | %.1f | %d | %.0f%% | %s |" % (
-            r["prefill"], r["disaggregate"], r["prefill_tokens"], r["ttft_p50_ms"],
+        print("| %s | %s | %d | %s | %.1f | %.1f | %.1f | %d | %.0f%% | %s |" % (
+            r["prefill"], r["disaggregate"], r["prefill_tokens"],
+            "-" if r["prefill_tokens_after_restart"] is None
+            else "%d" % r["prefill_tokens_after_restart"], r["ttft_p50_ms"],
             r["ttft_p99_ms"], r["requests_per_s"], r["requests_failed"],
             100.0 * r["local_prefill_share"],
             "%.2f" % r["restart_s"] if r["restart_s"] is not None else "-"))
     print()
     for r in results:
-        print("%s/%s: decisions %s; tokenize failures %s; kv gaps %s; prefill tokens per "
-              "engine %s%s%s" % (
+        print("%s/%s: decisions %s; tokenize failures %s; kv gaps %s; kv blocks skipped %s; "
+              "p0 ejected %d readmitted %d; prefill tokens per engine %s%s%s" % (
                   r["prefill"], r["disaggregate"],
                   ",".join("%s=%d" % kv for kv in sorted(r["placement_decisions"].items())),
                   ",".join("%s=%d" % kv for kv in sorted(r["tokenize_failures"].items())) or "0",
                   ",".join("%s=%d" % kv for kv in sorted(r["kv_event_gaps"].items())) or "none",
+                  ",".join("%s=%d" % kv for kv in sorted(r["kv_events_skipped"].items())) or "0",
+                  r["p0_ejected"], r["p0_readmitted"],
                   ",".join("%s=%d" % kv for kv in sorted(r["prefill_tokens_per_engine"].items())),
                   "; reply mismatches %d" % r["reply_mismatches"] if r["reply_mismatches"] else "",
                   "; restart error: %s" % r["restart_error"] if r["restart_error"] else ""))
@@ -578,8 +623,16 @@ def main():
             kv_auto["ttft_p50_ms"], kv_always["ttft_p50_ms"],
             ratios["kv_events_ttft_p50_auto_over_always"]))
     if args.json:
-        print(json.dumps({"workload": workload_info, "results": results, "ratios": ratios},
-                         indent=1))
+        def clean(v):  # NaN (no successful request) is not JSON
+            if isinstance(v, float) and v != v:
+                return None
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [clean(x) for x in v]
+            return v
+        print(json.dumps(clean({"workload": workload_info, "results": results,
+                                "ratios": ratios}), indent=1))
     return 0
 
 

@@ -19,7 +19,8 @@
 // the gRPC door's proto3 ErrorInfo) and non-empty for a non-empty body;
 // IsValidUtf8 agrees with an independent decoder, ToValidUtf8 keeps valid
 // text, cuts only at character boundaries and stays within its bound, and
-// EngineText is idempotent.
+// EngineText is idempotent. The same bytes are read as a /tokenize answer
+// too (router/prompt_tokens.h).
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -27,12 +28,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engines/api.h"
 #include "engines/engine_failure.h"
 #include "engines/http/connector.h"
 #include "engines/json_limits.h"
 #include "engines/prefill_result.h"
+#include "router/prompt_tokens.h"
 #include "server/status_table.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -144,12 +147,26 @@ void CheckText(const std::string& bytes, size_t max_bytes) {
   FUZZ_CHECK(narwhal::engines::EngineText(text) == text);
 }
 
+// The same bytes as an engine's /tokenize answer (router/prompt_tokens.h):
+// read whole within the bound of ids, or refused with a reason and no ids.
+void Tokenize(const std::string& response) {
+  constexpr size_t kBound = 64;
+  std::vector<uint32_t> ids = {7};
+  std::string why;
+  if (narwhal::router::ParseTokenizeAnswer(response, kBound, &ids, &why)) {
+    FUZZ_CHECK(!ids.empty() && ids.size() <= kBound);
+  } else {
+    FUZZ_CHECK(ids.empty() && !why.empty());
+  }
+}
+
 void Run(const uint8_t* bytes, size_t size) {
   if (size == 0) return;
   const int status = kStatuses[bytes[0] & 15];
   const Api api = (bytes[0] & 16) ? Api::kChatCompletions : Api::kCompletions;
   const std::string response(reinterpret_cast<const char*>(bytes) + 1, size - 1);
   CheckText(response, bytes[0] >> 5 == 0 ? std::string::npos : (bytes[0] >> 5) * 37);
+  Tokenize(response);
   if (status >= 200 && status <= 299) {
     Success(response, api);
   } else {
