@@ -150,8 +150,11 @@ engines::Awaitable<PromptTokens> Tokenize(engines::AsyncEngineClient& client,
   const engines::ControlResponse answer =
       co_await client.Control(target, "POST", "/tokenize", body.dump(), timeout_s);
   if (answer.status == 0) {
-    co_return Failed(answer.timed_out ? TokenizeFailure::kTimeout : TokenizeFailure::kError,
-                     absl::StrCat("tokenize on ", target.iid, ": ", answer.error));
+    PromptTokens out =
+        Failed(answer.timed_out ? TokenizeFailure::kTimeout : TokenizeFailure::kError,
+               absl::StrCat("tokenize on ", target.iid, ": ", answer.error));
+    out.no_answer = !answer.timed_out;
+    co_return out;
   }
   if (!answer.ok()) {
     co_return Failed(TokenizeFailure::kError,
@@ -165,41 +168,52 @@ engines::Awaitable<PromptTokens> Tokenize(engines::AsyncEngineClient& client,
   co_return out;
 }
 
-std::optional<engines::EngineTarget> TokenizerTarget(const std::string& tokenizer,
-                                                     const PlacementView& view,
-                                                     engines::MonoTime now, size_t rotation) {
-  if (tokenizer != "engine") return engines::EngineTarget{"tokenizer", tokenizer};
-  std::vector<const ViewEngine*> serving;
+std::vector<engines::EngineTarget> TokenizerTargets(const std::string& tokenizer,
+                                                    const PlacementView& view,
+                                                    engines::MonoTime now, size_t rotation) {
+  if (tokenizer != "engine") return {engines::EngineTarget{"tokenizer", tokenizer}};
+  std::vector<engines::EngineTarget> serving;
   for (const ViewEngine& e : view.engines) {
     if (view.Eligible(e, engines::Phase::kPrefill, now) ||
         view.Eligible(e, engines::Phase::kDecode, now)) {
-      serving.push_back(&e);
+      serving.push_back(e.engine->target());
     }
   }
-  if (serving.empty()) return std::nullopt;
-  return serving[rotation % serving.size()]->engine->target();
+  if (!serving.empty()) {
+    std::rotate(serving.begin(), serving.begin() + static_cast<long>(rotation % serving.size()),
+                serving.end());
+  }
+  return serving;
 }
 
 engines::Awaitable<PromptTokens> TokenizePrompt(engines::AsyncEngineClient& client,
-                                                const Settings& settings, const PlacementView& view,
-                                                engines::Api api, const json& client_body,
-                                                engines::MonoTime now, engines::MonoTime deadline,
+                                                const Clock& clock, const Settings& settings,
+                                                const PlacementView& view, engines::Api api,
+                                                const json& client_body, engines::MonoTime deadline,
                                                 size_t rotation) {
+  const engines::MonoTime now = clock.Now();
   TokenizeQuery query = MakeTokenizeQuery(api, client_body);
   if (!query.body) co_return std::move(query.direct);
-  const std::optional<engines::EngineTarget> target =
-      TokenizerTarget(settings.kv_events.tokenizer, view, now, rotation);
-  if (!target)
+  const std::vector<engines::EngineTarget> targets =
+      TokenizerTargets(settings.kv_events.tokenizer, view, now, rotation);
+  if (targets.empty()) {
     co_return Failed(TokenizeFailure::kNoEngine, "no engine in placement to tokenize on");
-  double timeout_s = settings.kv_events.tokenize_timeout_s;
-  if (deadline != engines::MonoTime::max()) {
-    timeout_s = std::min(timeout_s, engines::Seconds(deadline - now));
-    if (timeout_s <= 0) co_return Failed(TokenizeFailure::kTimeout, "the request deadline passed");
   }
+  engines::MonoTime until = now + engines::FromSeconds(settings.kv_events.tokenize_timeout_s);
+  if (deadline < until) until = deadline;
+  if (until <= now) co_return Failed(TokenizeFailure::kTimeout, "the request deadline passed");
   // No prompt the engines accept is longer than the model's context (or, while
   // that is unknown, than a million tokens).
   constexpr size_t kMaxPromptTokens = 1 << 20;
-  co_return co_await Tokenize(client, *target, std::move(*query.body), kMaxPromptTokens, timeout_s);
+  PromptTokens out;
+  for (size_t i = 0; i < std::min<size_t>(targets.size(), 2); ++i) {
+    const engines::MonoTime at = i == 0 ? now : clock.Now();
+    if (at >= until) break;
+    out = co_await Tokenize(client, targets[i], *query.body, kMaxPromptTokens,
+                            engines::Seconds(until - at));
+    if (!out.failure || !out.no_answer) break;
+  }
+  co_return out;
 }
 
 }  // namespace narwhal::router

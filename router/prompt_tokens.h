@@ -18,6 +18,7 @@
 
 #include "engines/api.h"
 #include "engines/engine_client.h"
+#include "router/common/clock.h"
 #include "router/common/placement_reason.h"
 #include "router/common/settings.h"
 #include "router/fleet/placement_view.h"
@@ -27,7 +28,8 @@ namespace narwhal::router {
 struct PromptTokens {
   std::vector<uint32_t> ids;  // empty when `failure` is set
   std::optional<TokenizeFailure> failure;
-  std::string detail;  // what went wrong, for the journal
+  std::string detail;      // what went wrong, for the journal
+  bool no_answer = false;  // the tokenizer gave no HTTP answer, not for lack of time
 };
 
 // What to ask for a request's prompt: the /tokenize body, or the ids
@@ -48,21 +50,23 @@ engines::Awaitable<PromptTokens> Tokenize(engines::AsyncEngineClient& client,
                                           engines::EngineTarget target, nlohmann::json body,
                                           size_t max_tokens, double timeout_s);
 
-// Where to tokenize: the kv_events.tokenizer URL, or ("engine") an engine in
-// placement for either phase, taking turns by `rotation`. Nullopt when no
-// engine is.
-std::optional<engines::EngineTarget> TokenizerTarget(const std::string& tokenizer,
-                                                     const PlacementView& view,
-                                                     engines::MonoTime now, size_t rotation);
+// Where to tokenize, in the order to try: the kv_events.tokenizer URL, or
+// ("engine") the engines in placement for either phase, starting at
+// `rotation` so that they take turns. Empty when no engine is.
+std::vector<engines::EngineTarget> TokenizerTargets(const std::string& tokenizer,
+                                                    const PlacementView& view,
+                                                    engines::MonoTime now, size_t rotation);
 
 // A request's prompt tokens as placement wants them: MakeTokenizeQuery, then
-// one Tokenize call on TokenizerTarget within kv_events.tokenize_timeout_s
-// and what is left before `deadline`.
+// a Tokenize call on the first of TokenizerTargets within
+// kv_events.tokenize_timeout_s and what is left before `deadline`; when no
+// connection could be made to it (a dead engine still in placement), once
+// more on the next, within what is left of the same bound.
 engines::Awaitable<PromptTokens> TokenizePrompt(engines::AsyncEngineClient& client,
-                                                const Settings& settings, const PlacementView& view,
-                                                engines::Api api, const nlohmann::json& client_body,
-                                                engines::MonoTime now, engines::MonoTime deadline,
-                                                size_t rotation);
+                                                const Clock& clock, const Settings& settings,
+                                                const PlacementView& view, engines::Api api,
+                                                const nlohmann::json& client_body,
+                                                engines::MonoTime deadline, size_t rotation);
 
 }  // namespace narwhal::router
 

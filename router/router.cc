@@ -241,7 +241,7 @@ class Router::Run {
     }
     if (s.placement.needs_tokens() && !tokens_) {
       tokens_ = co_await TokenizePrompt(
-          r_.engines_, s, *r_.fleet_.View(), request_.api, request_.body, r_.clock_.Now(),
+          r_.engines_, r_.clock_, s, *r_.fleet_.View(), request_.api, request_.body,
           request_.deadline, r_.tokenize_rotation_.fetch_add(1, std::memory_order_relaxed));
       if (tokens_->failure) {
         record_.placement_fallback =

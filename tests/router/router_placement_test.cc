@@ -173,6 +173,33 @@ TEST_F(RouterPlacementTest, B27_ATokenizeFailurePlacesLeastLoadedAndTheRequestCo
   EXPECT_EQ(Fallbacks("error"), 2);
 }
 
+TEST_F(RouterPlacementTest, B27_AnEngineThatCannotBeReachedPassesTheCallToTheNext) {
+  HeldBlocks held({{"p1", 2}});
+  engines::ControlResponse refused;
+  refused.error = "connection refused";
+  fake_.SetControlResponse(refused, "/tokenize", "p0");  // dead, still in placement
+  fake_.SetControlResponse(TokenizeAnswer(40), "/tokenize");
+  StartWith(&held);
+  std::string rid;
+  ASSERT_EQ(Run(/*stream=*/false, Api::kCompletions, &rid).outcome.terminal, Terminal::kCompleted);
+  const std::vector<nt::ControlCall> calls = TokenizeCalls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].target.iid, "p0");
+  EXPECT_NE(calls[1].target.iid, "p0");
+  const json row = Row(rid);
+  EXPECT_FALSE(row.contains("placement_fallback")) << row.dump();
+  EXPECT_EQ(row["prefill_placement"], "prefix_match");
+  // A timeout is not passed on: the bound is the call's, not each engine's.
+  engines::ControlResponse silent;
+  silent.timed_out = true;
+  silent.error = "no answer within 0.5 s";
+  fake_.SetControlResponse(silent, "/tokenize");
+  fake_.SetControlResponse(silent, "/tokenize", "p0");
+  ASSERT_EQ(Run(false).outcome.terminal, Terminal::kCompleted);
+  EXPECT_EQ(TokenizeCalls().size(), 3u);
+  EXPECT_EQ(Fallbacks("timeout"), 1);
+}
+
 TEST_F(RouterPlacementTest, B27_AListOfPromptsIsPlacedLeastLoadedWithoutATokenizeCall) {
   HeldBlocks held({{"p1", 2}});
   StartWith(&held);
