@@ -317,6 +317,7 @@ void Server::Parts::StartChecks() {
           .index = {.block_size = static_cast<uint32_t>(kv.block_size),
                     .max_blocks = static_cast<size_t>(kv.max_blocks_per_engine)},
           .replay_timeout = engines::FromSeconds(kv.replay_timeout_s),
+          .rebuild = true,
           .max_held = 4096,
           .decode = {},
           .poll_interval = std::chrono::milliseconds(20)},

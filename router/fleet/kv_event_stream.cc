@@ -34,6 +34,7 @@ KvStreamStep KvEventStream::Cold(GapOutcome why, std::string detail) {
   step.gap = why;
   step.detail = std::move(detail);
   replaying_ = false;
+  rebuilding_ = false;
   for (Held& h : held_) {
     step.apply.push_back(std::move(h.batch));
     last_ = h.seq;
@@ -42,9 +43,33 @@ KvStreamStep KvEventStream::Cold(GapOutcome why, std::string detail) {
   return step;
 }
 
+void KvEventStream::Start(uint64_t seq, KvEventBatch batch, engines::MonoTime now,
+                          KvStreamStep* step) {
+  if (seq == 0 || !options_.can_replay || !options_.rebuild) {
+    last_ = seq;
+    step->apply.push_back(std::move(batch));
+    return;
+  }
+  last_.reset();
+  replaying_ = true;
+  rebuilding_ = true;
+  rebuild_applied_ = false;
+  replay_next_ = 0;
+  deadline_ = now + options_.replay_timeout;
+  held_.push_back(Held{seq, std::move(batch)});
+  step->replay_from = 0;
+  step->detail =
+      absl::StrCat(step->detail.empty() ? "" : step->detail + "; ", "the stream starts at batch ",
+                   seq, ": rebuilding from the engine's replay buffer");
+}
+
 void KvEventStream::Next(uint64_t seq, KvEventBatch batch, engines::MonoTime now,
                          KvStreamStep* step) {
-  if (!last_ || seq == *last_ + 1) {
+  if (!last_) {
+    Start(seq, std::move(batch), now, step);
+    return;
+  }
+  if (seq == *last_ + 1) {
     last_ = seq;
     step->apply.push_back(std::move(batch));
     return;
@@ -52,8 +77,7 @@ void KvEventStream::Next(uint64_t seq, KvEventBatch batch, engines::MonoTime now
   if (seq <= *last_) {
     *step = Cold(GapOutcome::kReset, absl::StrCat("sequence went back from ", *last_, " to ", seq,
                                                   ": the engine restarted"));
-    last_ = seq;
-    step->apply.push_back(std::move(batch));
+    Start(seq, std::move(batch), now, step);
     return;
   }
   const uint64_t missing = seq - *last_ - 1;
@@ -112,14 +136,19 @@ KvStreamStep KvEventStream::OnReplay(const std::vector<std::string_view>& frames
                                                         std::string(reply.status().message())));
   }
   if (reply->end) {
-    if (replay_next_ < held_.front().seq) {
+    if (!last_ || replay_next_ < held_.front().seq) {
       return Cold(GapOutcome::kReplayFailed,
                   absl::StrCat("the replay ended at ", replay_next_, ", before ", held_.front().seq,
                                " (the gap stays open)"));
     }
     replaying_ = false;
-    step.gap = GapOutcome::kReplayed;
-    step.detail = absl::StrCat("replayed up to ", replay_next_ - 1);
+    if (rebuilding_) {
+      rebuilding_ = false;  // not a gap: nothing was lost
+      step.detail = absl::StrCat("rebuilt from the engine's replay buffer up to ", *last_);
+    } else {
+      step.gap = GapOutcome::kReplayed;
+      step.detail = absl::StrCat("replayed up to ", replay_next_ - 1);
+    }
     std::deque<Held> held = std::move(held_);
     held_.clear();
     while (!held.empty()) {
@@ -139,6 +168,10 @@ KvStreamStep KvEventStream::OnReplay(const std::vector<std::string_view>& frames
     return step;
   }
   if (reply->seq < replay_next_) return step;  // a batch the index has
+  if (rebuilding_ && !rebuild_applied_ && reply->seq > replay_next_) {
+    // The buffer starts further on: a suffix of the stream is as safe.
+    replay_next_ = reply->seq;
+  }
   if (reply->seq > replay_next_) {
     return Cold(GapOutcome::kReplayFailed,
                 absl::StrCat("the replay starts at ", reply->seq, ", past ", replay_next_,
@@ -151,6 +184,7 @@ KvStreamStep KvEventStream::OnReplay(const std::vector<std::string_view>& frames
   }
   last_ = reply->seq;
   ++replay_next_;
+  rebuild_applied_ = true;
   step.apply.push_back(*std::move(batch));
   return step;
 }

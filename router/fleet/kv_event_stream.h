@@ -14,8 +14,18 @@
 //    that does not decode, or a lost connection: the engine is **cold** —
 //    its index is cleared and only what arrives from then on is applied.
 //    Never warm by assumption.
-// The first batch after subscribing is applied whatever its number: blocks
-// stored before it are unknown, an under-estimate only.
+// A stream that starts (after subscribing, a restart or a lost connection)
+// at a batch past 0 is **rebuilt** when the engine can replay: everything
+// its buffer holds is asked for from batch 0, live batches are held, and
+// the reply is applied from wherever the buffer starts, then what was held.
+// A suffix of an engine's events applied in order never claims a block the
+// engine does not hold (what was stored before it is unknown, a removal of
+// an unknown block is skipped), so the index is a subset of the truth — and
+// the whole truth when the buffer reaches back to batch 0, as it does after
+// an engine restart or when a router starts beside a young engine. Without
+// a replay endpoint, or when the rebuild fails, the first batch is applied
+// whatever its number: blocks stored before it are unknown, an
+// under-estimate only.
 //
 // Each call returns a step for the caller to carry out in order: clear the
 // index (when asked), then apply the batches; send a replay request; count
@@ -38,6 +48,7 @@ namespace narwhal::router::kv {
 
 struct KvStreamOptions {
   bool can_replay = false;  // the engine has a kv_events_replay endpoint
+  bool rebuild = true;      // rebuild a stream that starts past batch 0 (see above)
   engines::MonoClock::duration replay_timeout = std::chrono::seconds(2);
   size_t max_held = 4096;  // live batches held while a replay runs
   KvDecodeLimits decode;
@@ -94,10 +105,17 @@ class KvEventStream {
   // Applies `batch` numbered `seq` after the last one, or starts a replay or
   // goes cold on a gap (not replaying).
   void Next(uint64_t seq, KvEventBatch batch, engines::MonoTime now, KvStreamStep* step);
+  // A stream that starts at `seq`: rebuilt from the engine's buffer (seq > 0
+  // and a replay endpoint), else `batch` applied as its first.
+  void Start(uint64_t seq, KvEventBatch batch, engines::MonoTime now, KvStreamStep* step);
 
   KvStreamOptions options_;
   std::optional<uint64_t> last_;  // the last applied batch's number
   bool replaying_ = false;
+  // The replay rebuilds a stream from batch 0: its first batch may come
+  // from further on (the buffer's start); nothing of it applied yet.
+  bool rebuilding_ = false;
+  bool rebuild_applied_ = false;
   uint64_t replay_next_ = 0;  // the number the replay owes next
   engines::MonoTime deadline_{};
   std::deque<Held> held_;  // live batches received while replaying

@@ -31,6 +31,7 @@ struct KvSubscriber::Engine {
       : source(std::move(s)),
         index(o.index),
         stream(KvStreamOptions{.can_replay = !source.replay_endpoint.empty(),
+                               .rebuild = o.rebuild,
                                .replay_timeout = o.replay_timeout,
                                .max_held = o.max_held,
                                .decode = o.decode}) {}

@@ -55,6 +55,10 @@ struct KvSubscriberOptions {
   std::string topic;  // kv_events.topic: the SUB's prefix filter
   KvIndexLimits index;
   engines::MonoClock::duration replay_timeout = std::chrono::seconds(2);
+  // A stream that starts past batch 0 (a new subscription, a restart, a
+  // lost connection) is rebuilt from the engine's replay buffer
+  // (router/fleet/kv_event_stream.h).
+  bool rebuild = true;
   size_t max_held = 4096;
   KvDecodeLimits decode;
   // How long the thread sleeps in poll when nothing arrives: the pace at
@@ -96,8 +100,7 @@ class KvSubscriber : public KvBlockLookup {
   // --- readers: any thread ---
   // How many of `tokens`' leading blocks engine `iid` holds (0 for an
   // engine without a subscription, or cold).
-  size_t LeadingBlocks(const std::string& iid,
-                       std::span<const uint32_t> tokens) const override;
+  size_t LeadingBlocks(const std::string& iid, std::span<const uint32_t> tokens) const override;
   std::optional<KvSourceStatus> Status(const std::string& iid) const;
   std::vector<KvSourceStatus> Statuses() const;
 

@@ -366,7 +366,8 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
                         for iid, role in ENGINES],
             "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30},
             "placement": {"prefill": prefill, "disaggregate": disaggregate,
-                          "min_uncached_tokens": args.min_uncached_tokens},
+                          "min_uncached_tokens": args.min_uncached_tokens,
+                          "imbalance_abs": args.imbalance_abs},
             "kv_events": {"block_size": BLOCK_TOKENS, "tokenizer": "engine",
                           "tokenize_timeout_s": 0.5},
         }
@@ -523,6 +524,8 @@ def main():
                          "0: the router's default")
     ap.add_argument("--max-attempts", type=int, default=0,
                     help="serving.max_attempts (default: the router's, 1)")
+    ap.add_argument("--imbalance-abs", type=int, default=8,
+                    help="placement.imbalance_abs (the router's default: 8)")
     ap.add_argument("--only", default="", help="comma-separated prefill/disaggregate pairs")
     ap.add_argument("--journal-dir", default="", help="write each router's journal here")
     ap.add_argument("--json", action="store_true")

@@ -52,10 +52,13 @@ class KvEventStreamTest : public ::testing::Test {
     return s.OnLive(EncodeSeq(n), BatchNo(n), now_);
   }
   engines::MonoTime now_{std::chrono::seconds(100)};
-  KvEventStream replaying_{
-      KvStreamOptions{.can_replay = true, .replay_timeout = 2s, .max_held = 3, .decode = {}}};
-  KvEventStream plain_{
-      KvStreamOptions{.can_replay = false, .replay_timeout = 2s, .max_held = 3, .decode = {}}};
+  // Gaps in a stream already under way (no rebuild of its start).
+  KvEventStream replaying_{KvStreamOptions{
+      .can_replay = true, .rebuild = false, .replay_timeout = 2s, .max_held = 3, .decode = {}}};
+  KvEventStream plain_{KvStreamOptions{
+      .can_replay = false, .rebuild = true, .replay_timeout = 2s, .max_held = 3, .decode = {}}};
+  KvEventStream rebuilding_{KvStreamOptions{
+      .can_replay = true, .rebuild = true, .replay_timeout = 2s, .max_held = 3, .decode = {}}};
 };
 
 TEST_F(KvEventStreamTest, InOrderBatchesAreApplied) {
@@ -197,6 +200,82 @@ TEST_F(KvEventStreamTest, AReplyThatDoesNotDecodeMakesTheEngineCold) {
   KvStreamStep step = Replay(replaying_, {"", "x"});
   EXPECT_EQ(step.gap, GapOutcome::kReplayFailed);
   EXPECT_TRUE(step.clear);
+}
+
+TEST_F(KvEventStreamTest, AStreamThatStartsPastZeroIsRebuiltFromTheEnginesBuffer) {
+  // The first batch seen is 7: the engine's buffer is asked from batch 0,
+  // live batches are held, and nothing counts as a gap.
+  KvStreamStep step = Live(rebuilding_, 7);
+  EXPECT_TRUE(step.apply.empty());
+  EXPECT_EQ(step.replay_from, 0u);
+  EXPECT_FALSE(step.gap.has_value());
+  EXPECT_TRUE(rebuilding_.replaying());
+  EXPECT_TRUE(Live(rebuilding_, 8).apply.empty());
+  std::vector<uint64_t> applied;
+  for (uint64_t n = 0; n <= 8; ++n) {  // the buffer reaches past what is held
+    for (uint64_t a : Numbers(Replay(rebuilding_, ReplyOf(n)))) applied.push_back(a);
+  }
+  step = Replay(rebuilding_, EndOfReplay());
+  for (uint64_t a : Numbers(step)) applied.push_back(a);
+  EXPECT_EQ(applied, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));  // each once, in order
+  EXPECT_FALSE(step.clear);
+  EXPECT_FALSE(step.gap.has_value());
+  EXPECT_FALSE(rebuilding_.replaying());
+  EXPECT_EQ(Numbers(Live(rebuilding_, 9)), std::vector<uint64_t>{9});
+}
+
+TEST_F(KvEventStreamTest, ARebuildTakesTheBuffersSuffixWhenItNoLongerReachesZero) {
+  Live(rebuilding_, 20);
+  // The engine's buffer starts at 15: applying 15.. in order never claims a
+  // block the engine does not hold.
+  KvStreamStep step = Replay(rebuilding_, ReplyOf(15));
+  EXPECT_FALSE(step.clear);
+  EXPECT_EQ(Numbers(step), std::vector<uint64_t>{15});
+  // But a hole after its start is a gap like any other: cold.
+  step = Replay(rebuilding_, ReplyOf(17));
+  EXPECT_TRUE(step.clear);
+  EXPECT_EQ(step.gap, GapOutcome::kReplayFailed);
+  EXPECT_EQ(Numbers(step), std::vector<uint64_t>{20});  // the held batch, after the clear
+}
+
+TEST_F(KvEventStreamTest, ARebuildThatEndsShortOrTimesOutLeavesOnlyTheLiveBatches) {
+  Live(rebuilding_, 5);
+  Replay(rebuilding_, ReplyOf(0));
+  Replay(rebuilding_, ReplyOf(1));
+  KvStreamStep step = Replay(rebuilding_, EndOfReplay());  // 2..4 missing
+  EXPECT_TRUE(step.clear);
+  EXPECT_EQ(step.gap, GapOutcome::kReplayFailed);
+  EXPECT_EQ(Numbers(step), std::vector<uint64_t>{5});
+
+  KvEventStream timing_out{KvStreamOptions{
+      .can_replay = true, .rebuild = true, .replay_timeout = 2s, .max_held = 3, .decode = {}}};
+  Live(timing_out, 3);
+  EXPECT_TRUE(timing_out.OnTick(now_ + 1s).apply.empty());
+  step = timing_out.OnTick(now_ + 2s);
+  EXPECT_TRUE(step.clear);
+  EXPECT_EQ(step.gap, GapOutcome::kReplayTimeout);
+  EXPECT_EQ(Numbers(step), std::vector<uint64_t>{3});
+}
+
+TEST_F(KvEventStreamTest, ARestartedEngineIsRebuiltFromItsFirstBatch) {
+  Live(rebuilding_, 0);
+  Live(rebuilding_, 1);
+  Live(rebuilding_, 2);
+  // The engine restarted: its batch 0 was missed, its batch 1 arrives.
+  KvStreamStep step = Live(rebuilding_, 1);  // back to 1
+  EXPECT_TRUE(step.clear);
+  EXPECT_EQ(step.gap, GapOutcome::kReset);
+  EXPECT_EQ(step.replay_from, 0u);
+  EXPECT_TRUE(step.apply.empty());
+  std::vector<uint64_t> applied = Numbers(Replay(rebuilding_, ReplyOf(0)));
+  for (uint64_t a : Numbers(Replay(rebuilding_, ReplyOf(1)))) applied.push_back(a);
+  for (uint64_t a : Numbers(Replay(rebuilding_, EndOfReplay()))) applied.push_back(a);
+  EXPECT_EQ(applied, (std::vector<uint64_t>{0, 1}));
+  // After a lost connection, too.
+  step = rebuilding_.OnLost("disconnected");
+  EXPECT_TRUE(step.clear);
+  step = Live(rebuilding_, 6);
+  EXPECT_EQ(step.replay_from, 0u);
 }
 
 }  // namespace

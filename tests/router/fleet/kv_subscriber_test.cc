@@ -143,10 +143,14 @@ class KvSubscriberTest : public ::testing::Test {
   testing::FakeClock clock_;
   prometheus::Registry registry_;
   Metrics metrics_;
+  // The warm-up's first batches are lost to the subscription's start (a
+  // SUB joins late): these tests are about a stream under way, so its start
+  // is not rebuilt (KvSubscriberRebuildTest is).
   KvSubscriber subscriber_{clock_,
                            KvSubscriberOptions{.topic = "kv@p0",
                                                .index = {.block_size = 4, .max_blocks = 1000},
                                                .replay_timeout = 2s,
+                                               .rebuild = false,
                                                .max_held = 64,
                                                .decode = {},
                                                .poll_interval = 5ms},
@@ -310,6 +314,54 @@ TEST_F(KvSubscriberTest, ForgetClearsTheIndex) {
   subscriber_.Forget("p0", "ejected");
   ASSERT_TRUE(WaitFor([&] { return Held(1) == 0; }));
   EXPECT_EQ(subscriber_.Status("p0")->last_cold, "ejected");
+}
+
+// The product's default: a stream that starts past batch 0 is rebuilt from
+// the engine's replay buffer, so a subscriber that joins late (a router
+// started beside a running engine, or an engine restarted before the
+// router reconnected) knows what the engine published before it.
+TEST_F(KvSubscriberTest, AStreamJoinedLateIsRebuiltFromTheEnginesBuffer) {
+  KvSubscriber rebuilding(clock_,
+                          KvSubscriberOptions{.topic = "kv@p0",
+                                              .index = {.block_size = 4, .max_blocks = 1000},
+                                              .replay_timeout = 2s,
+                                              .rebuild = true,
+                                              .max_held = 64,
+                                              .decode = {},
+                                              .poll_interval = 5ms},
+                          nullptr);
+  Publisher p(ctx_);
+  // Blocks 0..2 are stored before anyone listens.
+  std::vector<std::string> published = {StoreBlock(0), StoreBlock(1), StoreBlock(2)};
+  for (uint64_t seq = 0; seq < published.size(); ++seq) p.Send(seq, published[seq]);
+  rebuilding.SetSources({KvSource{"p0", p.endpoint(), p.replay_endpoint()}});
+  // Live batches (no-ops) until one reaches the subscriber: it asks for
+  // everything from batch 0.
+  uint64_t seq = published.size();
+  std::vector<std::string> request;
+  ASSERT_TRUE(WaitFor([&] {
+    published.push_back(Nothing());
+    p.Send(seq++, published.back());
+    request = p.ReplayRequest(10ms);
+    return !request.empty();
+  }));
+  ASSERT_EQ(request.size(), 3u);
+  EXPECT_EQ(DecodeSeq(request[2]).value(), 0u);
+  // The engine's buffer: every batch it published, then the end marker.
+  for (uint64_t n = 0; n < published.size(); ++n) {
+    p.Reply(request[0], {kTopic, EncodeSeq(n), published[n]});
+  }
+  p.Reply(request[0], {"", EncodeSeq(kReplayEndSeq), ""});
+  ASSERT_TRUE(WaitFor([&] { return rebuilding.LeadingBlocks("p0", Prompt(4)) == 3; }))
+      << rebuilding.LeadingBlocks("p0", Prompt(4));
+  const KvSourceStatus s = *rebuilding.Status("p0");
+  EXPECT_FALSE(s.replaying);
+  EXPECT_EQ(s.gaps, 0);
+  EXPECT_EQ(s.colds, 0);
+  // Later batches follow on.
+  p.Send(seq, StoreBlock(3));
+  ASSERT_TRUE(WaitFor([&] { return rebuilding.LeadingBlocks("p0", Prompt(4)) == 4; }));
+  rebuilding.Stop();
 }
 
 }  // namespace
