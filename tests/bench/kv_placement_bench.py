@@ -205,9 +205,12 @@ def stream_chat(host, port, messages, max_tokens):
         conn.close()
 
 
-def drive(host, port, systems, convs, concurrency, max_tokens, on_progress):
+def drive(host, ports, systems, convs, concurrency, max_tokens, on_progress):
     """Runs every conversation, turns in order; on_progress(done_requests)
-    after each request. Returns (ttfts, failed, mismatched, wall_s)."""
+    after each request. With several routers (`ports`), turn t of
+    conversation c goes to router (c + t) % len(ports), as a load balancer in
+    front of router replicas spreads them. Returns (ttfts, failed,
+    mismatched, wall_s)."""
     ttfts = []
     failed = [0]
     mismatched = [0]
@@ -224,8 +227,9 @@ def drive(host, port, systems, convs, concurrency, max_tokens, on_progress):
                 return
             conv = convs[i]
             messages = [{"role": "system", "content": systems[conv["system"]]}]
-            for user, expected in zip(conv["users"], conv["replies"]):
+            for turn, (user, expected) in enumerate(zip(conv["users"], conv["replies"])):
                 messages.append({"role": "user", "content": user})
+                port = ports[(i + turn) % len(ports)]
                 ttft, ok, reply = stream_chat(host, port, messages, max_tokens)
                 with lock:
                     if ok:
@@ -263,7 +267,7 @@ def metric_values(text, name):
     for line in text.splitlines():
         if line.startswith(name + "{"):
             labels, value = line[len(name):].rsplit(" ", 1)
-            out[labels] = float(value)
+            out[labels] = out.get(labels, 0.0) + float(value)  # summed over routers
     return out
 
 
@@ -354,7 +358,7 @@ class Fleet:
 def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_requests):
     tag = "%s-%s" % (prefill, disaggregate)
     fleet = Fleet(binary, work, tag, args)
-    serve = None
+    serves = []
     try:
         fleet.start()
         cfg = {
@@ -378,23 +382,28 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
             cfg["serving"] = {"max_attempts": args.max_attempts}
         cfg_path = os.path.join(work, "fleet-%s.json" % tag)
         json.dump(cfg, open(cfg_path, "w"), indent=1)
-        cmd = [os.path.join(binary, "narwhal-serve"), "--config", cfg_path,
-               "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
-        if args.journal_dir:
-            os.makedirs(args.journal_dir, exist_ok=True)
-            cmd += ["--journal", os.path.join(args.journal_dir, "journal-%s.jsonl" % tag)]
-        serve, m = start(cmd, os.path.join(work, "serve-%s.out" % tag),
-                         os.path.join(work, "serve-%s.err" % tag),
-                         r"ready http=127\.0\.0\.1:(\d+)")
-        port = int(m.group(1))
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                if http_json("127.0.0.1", port, "GET", "/ready")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
+        ports = []
+        for r in range(args.routers):
+            name = tag if args.routers == 1 else "%s-r%d" % (tag, r)
+            cmd = [os.path.join(binary, "narwhal-serve"), "--config", cfg_path,
+                   "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
+            if args.journal_dir:
+                os.makedirs(args.journal_dir, exist_ok=True)
+                cmd += ["--journal", os.path.join(args.journal_dir, "journal-%s.jsonl" % name)]
+            serve, m = start(cmd, os.path.join(work, "serve-%s.out" % name),
+                             os.path.join(work, "serve-%s.err" % name),
+                             r"ready http=127\.0\.0\.1:(\d+)")
+            serves.append(serve)
+            port = int(m.group(1))
+            ports.append(port)
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                try:
+                    if http_json("127.0.0.1", port, "GET", "/ready")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.1)
         # Let the KV-event subscriptions connect before the first store.
         time.sleep(args.settle_s)
 
@@ -419,14 +428,15 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
                 fired[0] = True
             threading.Thread(target=restart).start()
 
-        ttfts, failed, mismatched, wall = drive("127.0.0.1", port, systems, convs,
+        ttfts, failed, mismatched, wall = drive("127.0.0.1", ports, systems, convs,
                                                 args.concurrency, args.max_tokens, on_progress)
         if fired[0]:
             restart_done.wait(timeout=30)
-        _, metrics = http_json("127.0.0.1", port, "GET", "/metrics")
+        # Every router's series, one after the other (the counters add up).
+        text = "".join(http_json("127.0.0.1", p, "GET", "/metrics")[1].decode() for p in ports)
         stats = fleet.stats()
     finally:
-        if serve is not None:
+        for serve in serves:
             serve.terminate()
             try:
                 serve.wait(timeout=30)
@@ -435,7 +445,6 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
                 serve.wait()
         fleet.stop()
 
-    text = metrics.decode()
     decisions = {}
     for labels, v in metric_values(text, "narwhal_placement_decisions_total").items():
         if v > 0:
@@ -451,7 +460,8 @@ def run_config(binary, work, args, prefill, disaggregate, systems, convs, total_
     skipped = {label(k, "iid"): int(v) for k, v in
                metric_values(text, "narwhal_kv_events_total").items()
                if label(k, "kind") == "skipped" and v > 0}
-    log = open(os.path.join(work, "serve-%s.err" % tag)).read()
+    log = "".join(open(os.path.join(work, f)).read() for f in sorted(os.listdir(work))
+                  if f.startswith("serve-%s" % tag) and f.endswith(".err"))
     p0_ejected = len(re.findall(r"engine_ejected p0\b", log))
     p0_readmitted = len(re.findall(r"engine_readmitted p0\b", log))
     every = list(stats.values()) + fleet.dead_stats
@@ -524,6 +534,9 @@ def main():
                          "0: the router's default")
     ap.add_argument("--max-attempts", type=int, default=0,
                     help="serving.max_attempts (default: the router's, 1)")
+    ap.add_argument("--routers", type=int, default=1,
+                    help="router replicas over the one fleet; a conversation's turns "
+                         "alternate between them")
     ap.add_argument("--imbalance-abs", type=int, default=8,
                     help="placement.imbalance_abs (the router's default: 8)")
     ap.add_argument("--only", default="", help="comma-separated prefill/disaggregate pairs")
@@ -556,9 +569,10 @@ def main():
                                    if 0 < args.restart_at < 1 else None),
     }
     print("workload: %d conversations (%d requests) over %d system prompts of %d tokens, "
-          "concurrency %d, seed %d; final conversation length mean %.0f / max %d tokens" % (
+          "concurrency %d, seed %d, %d router(s); final conversation length mean %.0f / max %d "
+          "tokens" % (
               len(convs), total_requests, args.systems, args.system_tokens, args.concurrency,
-              args.seed, workload_info["final_conversation_tokens_mean"],
+              args.seed, args.routers, workload_info["final_conversation_tokens_mean"],
               workload_info["final_conversation_tokens_max"]))
     print("working set %d blocks of 16 tokens; prefix cache %d blocks per engine (%.1fx); %s" % (
         ws, args.cache_blocks, ws / args.cache_blocks,
