@@ -8,18 +8,21 @@
 // fewer than min_uncached_tokens of its prompt, and the engine's own count
 // of cached tokens agrees with the router's estimate.
 #include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "narwhal/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/e2e_util.h"
 
@@ -138,6 +141,32 @@ class KvPlacementFleet {
     return row.ok() ? *row : json::object();
   }
 
+  // The same through the gRPC door: its journal row (the call must end OK).
+  json Generate(const std::string& prompt) {
+    auto stub = narwhal::v1::Inference::NewStub(
+        grpc::CreateChannel(router_->grpc_target(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    narwhal::v1::GenerateRequest request;
+    request.set_model(kModel);
+    request.set_prompt(prompt);
+    request.set_max_tokens(2);
+    auto reader = stub->Generate(&context, request);
+    narwhal::v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    const grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    ++sent_;
+    std::string rid;
+    const auto& md = context.GetServerInitialMetadata();
+    if (auto it = md.find("x-request-id"); it != md.end())
+      rid.assign(it->second.data(), it->second.size());
+    absl::StatusOr<json> row = router_->WaitJournalRow(rid);
+    EXPECT_TRUE(row.ok()) << row.status();
+    return row.ok() ? *row : json::object();
+  }
+
   ServeProcess& router() { return *router_; }
   SimProcess& sim(const std::string& iid) { return *sims_[iid]; }
   int sent() const { return sent_; }
@@ -175,6 +204,13 @@ TEST(ServeKvPlacementTest, B27_ThePrefillFollowsTheBlocksAProducerReallyHolds) {
     EXPECT_EQ(again["prefill_iid"], holder) << again.dump();
     EXPECT_EQ(again["cached_tokens_est"], 128) << again.dump();
   }
+
+  // The gRPC door's requests are tokenized and placed the same way.
+  const json over_grpc = fleet.Generate(question);
+  EXPECT_EQ(over_grpc["door"], "grpc") << over_grpc.dump();
+  EXPECT_EQ(over_grpc["prefill_placement"], "prefix_match") << over_grpc.dump();
+  EXPECT_EQ(over_grpc["prefill_iid"], holder) << over_grpc.dump();
+  EXPECT_EQ(over_grpc["cached_tokens_est"], 128) << over_grpc.dump();
 
   // The holder evicts those blocks (16 blocks of other prompts sent to it
   // directly, as another router would): BlockRemoved follows, and the
