@@ -55,31 +55,9 @@ ENGINES = (("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"), ("d1", "decod
 CONFIGS = [(p, d) for p in ("least_loaded", "cache_aware", "kv_events") for d in ("always", "auto")]
 
 
-def start(cmd, out, err, ready, timeout=20.0):
-    proc = subprocess.Popen(cmd, stdout=open(out, "w"), stderr=open(err, "w"),
-                            stdin=subprocess.DEVNULL)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        text = open(out).read()
-        m = re.search(ready, text)
-        if m:
-            return proc, m
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError("%s did not start: %s" % (cmd[0], open(err).read()[-2000:]))
-
-
-def http_json(host, port, method, path, body=None):
-    conn = http.client.HTTPConnection(host, port, timeout=30)
-    conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                 headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp.status, data
+# The process and HTTP helpers of the prefill placement benchmark.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from placement_bench import http_json, start  # noqa: E402
 
 
 # --- the sim's reply, recomputed (engines/sim/text_gen.cc) ---

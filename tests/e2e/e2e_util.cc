@@ -115,6 +115,11 @@ double MetricSum(const std::vector<MetricSample>& samples, const std::string& na
   return sum;
 }
 
+double ScrapedMetric(ServeProcess& router, const std::string& name,
+                     const std::map<std::string, std::string>& labels) {
+  return MetricSum(ParseMetrics(HttpGet(router.http_port(), "/metrics").body), name, labels);
+}
+
 std::string HttpResult::header(const std::string& name) const {
   for (const auto& [k, v] : headers) {
     if (absl::EqualsIgnoreCase(k, name)) return v;

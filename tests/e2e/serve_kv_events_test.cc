@@ -33,19 +33,6 @@ std::string KvPrompt(const std::string& tag, int blocks) {
   return text + "end.";
 }
 
-bool KvWaitFor(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + limit;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
-
-double KvMetric(ServeProcess& router, const std::string& name,
-              const std::map<std::string, std::string>& labels) {
-  return MetricSum(ParseMetrics(HttpGet(router.http_port(), "/metrics").body), name, labels);
-}
 bool KvHasSeries(ServeProcess& router, const std::string& name, const std::string& iid) {
   for (const MetricSample& s : ParseMetrics(HttpGet(router.http_port(), "/metrics").body)) {
     if (s.name == name && s.labels.count("iid") != 0 && s.labels.at("iid") == iid) return true;
@@ -73,9 +60,9 @@ TEST(ServeKvEventsTest, B26_TheRouterIndexesWhatEachEngineHolds) {
          "tcp://127.0.0.1:" + std::to_string(info["kv_events_replay_port"].get<int>())}};
     sims[iid] = std::move(*sim);
   }
-  json config = FleetConfig({{"p0", sims["p0"]->url(), "prefill"},
-                             {"d0", sims["d0"]->url(), "decode"}},
-                            {{"membership", {{"config_poll_s", 0}}}});
+  json config =
+      FleetConfig({{"p0", sims["p0"]->url(), "prefill"}, {"d0", sims["d0"]->url(), "decode"}},
+                  {{"membership", {{"config_poll_s", 0}}}});
   for (json& e : config["engines"]) e.update(endpoints[e["iid"].get<std::string>()]);
   ServeOptions options;
   options.config = config;
@@ -92,11 +79,16 @@ TEST(ServeKvEventsTest, B26_TheRouterIndexesWhatEachEngineHolds) {
 
   // Until both subscriptions are live (a SUB misses what is published
   // before its subscription arrives), requests warm them up.
-  ASSERT_TRUE(KvWaitFor([&] {
-    send(KvPrompt("warm-up " + std::to_string(sent), 1));
-    return KvMetric(router, "narwhal_kv_events_total", {{"iid", "p0"}, {"kind", "stored"}}) > 0 &&
-           KvMetric(router, "narwhal_kv_events_total", {{"iid", "d0"}, {"kind", "stored"}}) > 0;
-  })) << router.StderrTail();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        send(KvPrompt("warm-up " + std::to_string(sent), 1));
+        return ScrapedMetric(router, "narwhal_kv_events_total",
+                             {{"iid", "p0"}, {"kind", "stored"}}) > 0 &&
+               ScrapedMetric(router, "narwhal_kv_events_total",
+                             {{"iid", "d0"}, {"kind", "stored"}}) > 0;
+      },
+      absl::Seconds(15)))
+      << router.StderrTail();
   // Blocks stored before a subscription was live are unknown to the index
   // (an under-estimate). Emptying the engines' caches publishes
   // AllBlocksCleared: from here on the index must equal the engines' count
@@ -104,22 +96,28 @@ TEST(ServeKvEventsTest, B26_TheRouterIndexesWhatEachEngineHolds) {
   for (const char* iid : {"p0", "d0"}) {
     httplib::Client client("127.0.0.1", sims[iid]->port());
     ASSERT_TRUE(client.Delete("/sim/prefix_cache"));
-    EXPECT_TRUE(KvWaitFor([&] {
-      return KvMetric(router, "narwhal_kv_index_blocks", {{"iid", iid}}) == 0;
-    })) << iid;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          return ScrapedMetric(router, "narwhal_kv_index_blocks", {{"iid", iid}}) == 0;
+        },
+        absl::Seconds(15)))
+        << iid;
   }
-  EXPECT_GE(KvMetric(router, "narwhal_kv_events_total", {{"kind", "cleared"}}), 2);
+  EXPECT_GE(ScrapedMetric(router, "narwhal_kv_events_total", {{"kind", "cleared"}}), 2);
   for (int k = 0; k < 3; ++k) send(KvPrompt("question " + std::to_string(k), 4));
   for (const char* iid : {"p0", "d0"}) {
     SimProcess& sim = *sims[iid];
-    EXPECT_TRUE(KvWaitFor([&] {
-      return KvMetric(router, "narwhal_kv_index_blocks", {{"iid", iid}}) ==
-             static_cast<double>(KvSimBlocks(sim));
-    })) << iid << ": index " << KvMetric(router, "narwhal_kv_index_blocks", {{"iid", iid}})
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          return ScrapedMetric(router, "narwhal_kv_index_blocks", {{"iid", iid}}) ==
+                 static_cast<double>(KvSimBlocks(sim));
+        },
+        absl::Seconds(15)))
+        << iid << ": index " << ScrapedMetric(router, "narwhal_kv_index_blocks", {{"iid", iid}})
         << ", engine " << KvSimBlocks(sim);
     EXPECT_GE(KvSimBlocks(sim), 12);
   }
-  EXPECT_EQ(KvMetric(router, "narwhal_kv_event_gaps_total", {}), 0);
+  EXPECT_EQ(ScrapedMetric(router, "narwhal_kv_event_gaps_total", {}), 0);
 
   // A reload without d0's endpoint drops its index; p0's stays.
   json next = config;
@@ -136,14 +134,17 @@ TEST(ServeKvEventsTest, B26_TheRouterIndexesWhatEachEngineHolds) {
   std::rename((router.scratch_dir() + "/fleet.json.tmp").c_str(),
               (router.scratch_dir() + "/fleet.json").c_str());
   router.Signal(SIGHUP);
-  EXPECT_TRUE(KvWaitFor([&] { return !KvHasSeries(router, "narwhal_kv_index_blocks", "d0"); }))
+  EXPECT_TRUE(WaitUntil([&] { return !KvHasSeries(router, "narwhal_kv_index_blocks", "d0"); },
+                        absl::Seconds(15)))
       << router.StderrTail();
   EXPECT_TRUE(KvHasSeries(router, "narwhal_kv_index_blocks", "p0"));
   send(KvPrompt("after the reload", 2));
-  EXPECT_TRUE(KvWaitFor([&] {
-    return KvMetric(router, "narwhal_kv_index_blocks", {{"iid", "p0"}}) ==
-           static_cast<double>(KvSimBlocks(*sims["p0"]));
-  }));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return ScrapedMetric(router, "narwhal_kv_index_blocks", {{"iid", "p0"}}) ==
+               static_cast<double>(KvSimBlocks(*sims["p0"]));
+      },
+      absl::Seconds(15)));
   EXPECT_EQ(router.WaitJournalRows(sent).size(), static_cast<size_t>(sent));
 }
 

@@ -46,20 +46,6 @@ std::string PlaceTail(const std::string& tag, int tokens) {
   return text;
 }
 
-bool PlaceWaitFor(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + limit;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
-
-double PlaceMetric(ServeProcess& router, const std::string& name,
-                   const std::map<std::string, std::string>& labels) {
-  return MetricSum(ParseMetrics(HttpGet(router.http_port(), "/metrics").body), name, labels);
-}
-
 long long PlaceSimBlocks(SimProcess& sim) {
   return json::parse(HttpGet(sim.port(), "/sim/prefix_cache").body)["blocks"].get<long long>();
 }
@@ -101,32 +87,40 @@ class KvPlacementFleet {
   // engine's cache is emptied (AllBlocksCleared) and the indexes are empty.
   void WarmUpAndClear() {
     int k = 0;
-    ASSERT_TRUE(PlaceWaitFor([&] {
-      Post(PlaceBlocks("warm-up " + std::to_string(k++), 4) + "end.");
-      for (const std::string& iid : iids_) {
-        if (PlaceMetric(*router_, "narwhal_kv_events_total", {{"iid", iid}, {"kind", "stored"}}) ==
-            0) {
-          return false;
-        }
-      }
-      return true;
-    })) << router_->StderrTail();
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          Post(PlaceBlocks("warm-up " + std::to_string(k++), 4) + "end.");
+          for (const std::string& iid : iids_) {
+            if (ScrapedMetric(*router_, "narwhal_kv_events_total",
+                              {{"iid", iid}, {"kind", "stored"}}) == 0) {
+              return false;
+            }
+          }
+          return true;
+        },
+        absl::Seconds(15)))
+        << router_->StderrTail();
     for (const std::string& iid : iids_) {
       httplib::Client client("127.0.0.1", sims_[iid]->port());
       ASSERT_TRUE(client.Delete("/sim/prefix_cache"));
-      ASSERT_TRUE(PlaceWaitFor([&] {
-        return PlaceMetric(*router_, "narwhal_kv_index_blocks", {{"iid", iid}}) == 0;
-      })) << iid;
+      ASSERT_TRUE(WaitUntil(
+          [&] {
+            return ScrapedMetric(*router_, "narwhal_kv_index_blocks", {{"iid", iid}}) == 0;
+          },
+          absl::Seconds(15)))
+          << iid;
       ASSERT_TRUE(sims_[iid]->ClearRequests().ok());
     }
   }
 
   // Waits until the router's index of `iid` holds what the engine holds.
   bool IndexCaughtUp(const std::string& iid) {
-    return PlaceWaitFor([&] {
-      return PlaceMetric(*router_, "narwhal_kv_index_blocks", {{"iid", iid}}) ==
-             static_cast<double>(PlaceSimBlocks(*sims_[iid]));
-    });
+    return WaitUntil(
+        [&] {
+          return ScrapedMetric(*router_, "narwhal_kv_index_blocks", {{"iid", iid}}) ==
+                 static_cast<double>(PlaceSimBlocks(*sims_[iid]));
+        },
+        absl::Seconds(15));
   }
 
   // A completions request through the router (200 expected); its journal row.
@@ -224,8 +218,8 @@ TEST(ServeKvPlacementTest, B27_ThePrefillFollowsTheBlocksAProducerReallyHolds) {
   const HttpResult evicting = HttpPostRaw(fleet.sim(holder).port(), kCompletions, direct.dump());
   ASSERT_EQ(evicting.status, 200) << evicting.body;
   ASSERT_TRUE(fleet.IndexCaughtUp(holder));
-  EXPECT_GT(PlaceMetric(fleet.router(), "narwhal_kv_events_total",
-                        {{"iid", holder}, {"kind", "removed"}}),
+  EXPECT_GT(ScrapedMetric(fleet.router(), "narwhal_kv_events_total",
+                          {{"iid", holder}, {"kind", "removed"}}),
             0);
   const json after = fleet.Post(question);
   EXPECT_EQ(after["prefill_placement"], "least_loaded") << after.dump();
@@ -238,7 +232,7 @@ TEST(ServeKvPlacementTest, B27_ThePrefillFollowsTheBlocksAProducerReallyHolds) {
   const json last = fleet.Post(question);
   EXPECT_EQ(last["prefill_placement"], "prefix_match") << last.dump();
   EXPECT_EQ(last["prefill_iid"], new_holder) << last.dump();
-  EXPECT_EQ(PlaceMetric(fleet.router(), "narwhal_kv_tokenize_failures_total", {}), 0);
+  EXPECT_EQ(ScrapedMetric(fleet.router(), "narwhal_kv_tokenize_failures_total", {}), 0);
 }
 
 // A listening socket that accepts and never answers.
@@ -284,7 +278,7 @@ TEST(ServeKvPlacementTest, B27_ATokenizeOutagePlacesLeastLoadedAndFailsNoRequest
     EXPECT_TRUE(row.value("placement_fallback", "").starts_with("timeout: ")) << row.dump();
   }
   EXPECT_EQ(
-      PlaceMetric(fleet.router(), "narwhal_kv_tokenize_failures_total", {{"reason", "timeout"}}),
+      ScrapedMetric(fleet.router(), "narwhal_kv_tokenize_failures_total", {{"reason", "timeout"}}),
       3);
 }
 
@@ -303,7 +297,8 @@ TEST(ServeKvPlacementTest, B27_AnUnreachableTokenizerIsAnErrorFallback) {
   EXPECT_EQ(row["terminal"], "completed") << row.dump();
   EXPECT_TRUE(row.value("placement_fallback", "").starts_with("error: ")) << row.dump();
   EXPECT_EQ(
-      PlaceMetric(fleet.router(), "narwhal_kv_tokenize_failures_total", {{"reason", "error"}}), 1);
+      ScrapedMetric(fleet.router(), "narwhal_kv_tokenize_failures_total", {{"reason", "error"}}),
+      1);
 }
 
 TEST(ServeKvPlacementTest, B28_AutoSkipsThePrefillExactlyWhenTheDecodeEngineHoldsEnough) {
@@ -349,8 +344,8 @@ TEST(ServeKvPlacementTest, B28_AutoSkipsThePrefillExactlyWhenTheDecodeEngineHold
   EXPECT_EQ(turn3["prefill_iid"], "p0") << turn3.dump();
   EXPECT_EQ(turn3["cached_tokens_est"], 128) << turn3.dump();  // p0 computed turn 1
 
-  EXPECT_EQ(PlaceMetric(fleet.router(), "narwhal_placement_decisions_total",
-                        {{"phase", "prefill"}, {"reason", "local_prefill"}}),
+  EXPECT_EQ(ScrapedMetric(fleet.router(), "narwhal_placement_decisions_total",
+                          {{"phase", "prefill"}, {"reason", "local_prefill"}}),
             1);
   EXPECT_EQ(fleet.router().WaitJournalRows(fleet.sent()).size(), static_cast<size_t>(fleet.sent()));
 }
