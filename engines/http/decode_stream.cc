@@ -58,12 +58,12 @@ std::optional<DecodeOutcome> DecodeStream::Refuse(const EngineTarget& consumer,
   }
   if (options.cancel != nullptr && options.cancel->cancelled()) {
     out.failure = Cancelled(kPhase, consumer.iid);
-    out.handoff_left_with_producer = !handoff.local();
+    out.handoff_left_with_producer = true;
     return out;
   }
   if (now >= options.request_deadline) {
     out.failure = DeadlineExpired(kPhase, consumer.iid);
-    out.handoff_left_with_producer = !handoff.local();
+    out.handoff_left_with_producer = true;
     return out;
   }
   return std::nullopt;

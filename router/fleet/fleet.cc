@@ -202,6 +202,17 @@ void Fleet::CountDecision(Phase phase, PlacementReason reason) {
   if (metrics_ != nullptr) metrics_->placement.CountDecision(phase, reason);
 }
 
+namespace {
+ImbalanceLimit LimitOf(const PlacementSettings& p) {
+  return ImbalanceLimit{p.imbalance_abs, p.imbalance_rel};
+}
+}  // namespace
+
+// The prompt tokens a candidate's matched leading blocks cover.
+size_t Fleet::MatchedTokens(const Candidate& c, const PlacementPrompt& prompt) {
+  return std::min(c.match * static_cast<size_t>(prompt.block_size), prompt.tokens.size());
+}
+
 // Each candidate's leading blocks of `tokens` in its KV-event index.
 void Fleet::MatchKvBlocks(const KvBlockLookup& lookup, const PlacementView& view,
                           std::span<const uint32_t> tokens, std::vector<Candidate>& candidates) {
@@ -225,7 +236,7 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
   const bool kv_aware =
       prefill && !prompt.tokens.empty() && lookup != nullptr && view->placement.kv_events();
   const size_t rotation = rotation_[RotationIndex(phase)].fetch_add(1, std::memory_order_relaxed);
-  const ImbalanceLimit limit{view->placement.imbalance_abs, view->placement.imbalance_rel};
+  const ImbalanceLimit limit = LimitOf(view->placement);
   std::optional<Choice> choice;
   if (cache_aware) {
     for (Candidate& c : candidates) {
@@ -256,10 +267,7 @@ std::optional<Fleet::Reservation> Fleet::PickAndReserve(Phase phase,
     // Indexed when placed, so the prompts that follow it find it at once.
     engine->Insert(*prompt.text);
   }
-  if (kv_aware) {
-    placed.match_tokens =
-        std::min(chosen.match * static_cast<size_t>(prompt.block_size), prompt.tokens.size());
-  }
+  if (kv_aware) placed.match_tokens = MatchedTokens(chosen, prompt);
   engine->AddInflight(phase, 1);
   Reservation r;
   r.engine_ = engine;
@@ -290,9 +298,7 @@ std::optional<Fleet::Reservation> Fleet::ReserveDecode(const std::vector<std::st
   std::optional<Choice> choice;
   if (kv_aware) {
     MatchKvBlocks(*lookup, *view, prompt.tokens, candidates);
-    choice = ChooseCacheAware(
-        candidates, rotation,
-        ImbalanceLimit{view->placement.imbalance_abs, view->placement.imbalance_rel});
+    choice = ChooseCacheAware(candidates, rotation, LimitOf(view->placement));
   } else if (std::optional<size_t> pos = ChooseLeastLoaded(candidates, rotation)) {
     choice = Choice{*pos, PlacementReason::kLeastLoaded};
   }
@@ -309,10 +315,7 @@ std::optional<Fleet::Reservation> Fleet::ReserveDecode(const std::vector<std::st
   if (info != nullptr) {
     PlacementInfo placed;
     placed.reason = r.reason_;
-    if (kv_aware) {
-      placed.match_tokens =
-          std::min(chosen.match * static_cast<size_t>(prompt.block_size), prompt.tokens.size());
-    }
+    if (kv_aware) placed.match_tokens = MatchedTokens(chosen, prompt);
     *info = placed;
   }
   return r;

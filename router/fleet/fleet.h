@@ -239,6 +239,7 @@ class Fleet : private FleetControl, private FleetAdmin {
                                     const std::vector<std::string>& excluded,
                                     const std::string& avoid, MonoTime now) const;
   void CountDecision(Phase phase, PlacementReason reason);
+  static size_t MatchedTokens(const Candidate& c, const PlacementPrompt& prompt);
   static void MatchKvBlocks(const KvBlockLookup& lookup, const PlacementView& view,
                             std::span<const uint32_t> tokens, std::vector<Candidate>& candidates);
   // A task posted to the owner's executor holds this, not the fleet: a

@@ -57,7 +57,7 @@ CONFIGS = [(p, d) for p in ("least_loaded", "cache_aware", "kv_events") for d in
 
 # The process and HTTP helpers of the prefill placement benchmark.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from placement_bench import http_json, start  # noqa: E402
+from placement_bench import http_json, metric_values, percentile, start  # noqa: E402
 
 
 # --- the sim's reply, recomputed (engines/sim/text_gen.cc) ---
@@ -230,23 +230,6 @@ def drive(host, ports, systems, convs, concurrency, max_tokens, on_progress):
     for t in threads:
         t.join()
     return ttfts, failed[0], mismatched[0], time.perf_counter() - t0
-
-
-def percentile(values, p):
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, int(round(p / 100.0 * (len(s) - 1)))))
-    return s[k]
-
-
-def metric_values(text, name):
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels, value = line[len(name):].rsplit(" ", 1)
-            out[labels] = out.get(labels, 0.0) + float(value)  # summed over routers
-    return out
 
 
 def label(labels, key):

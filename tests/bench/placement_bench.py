@@ -155,7 +155,7 @@ def metric_values(text, name):
     for line in text.splitlines():
         if line.startswith(name + "{"):
             labels, value = line[len(name):].rsplit(" ", 1)
-            out[labels] = float(value)
+            out[labels] = out.get(labels, 0.0) + float(value)  # several routers: summed
     return out
 
 

@@ -115,6 +115,15 @@ double MetricSum(const std::vector<MetricSample>& samples, const std::string& na
   return sum;
 }
 
+std::string SimBlocksText(const std::string& tag, int blocks) {
+  constexpr size_t kBlockChars = 64;
+  const size_t size = static_cast<size_t>(blocks) * kBlockChars;
+  std::string text;
+  while (text.size() < size) text += tag + "; ";
+  text.resize(size);
+  return text;
+}
+
 double ScrapedMetric(ServeProcess& router, const std::string& name,
                      const std::map<std::string, std::string>& labels) {
   return MetricSum(ParseMetrics(HttpGet(router.http_port(), "/metrics").body), name, labels);

@@ -54,6 +54,9 @@ std::vector<MetricSample> ParseMetrics(const std::string& text);
 // Sum of the samples named `name` whose labels include `labels`.
 double MetricSum(const std::vector<MetricSample>& samples, const std::string& name,
                  const std::map<std::string, std::string>& labels = {});
+// `blocks` full prefix-cache blocks of narwhal-sim text for `tag` (64
+// characters = 16 of its tokens each), nothing after them.
+std::string SimBlocksText(const std::string& tag, int blocks);
 // The same over a live router's GET /metrics (0 when the scrape fails).
 double ScrapedMetric(ServeProcess& router, const std::string& name,
                      const std::map<std::string, std::string>& labels = {});

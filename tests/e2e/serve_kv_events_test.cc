@@ -24,13 +24,9 @@
 namespace narwhal::testing {
 namespace {
 
-constexpr int kKvBlockChars = 64;  // 16 simulator tokens
-
+// `blocks` full blocks, then one token more.
 std::string KvPrompt(const std::string& tag, int blocks) {
-  std::string text;
-  while (text.size() < static_cast<size_t>(blocks * kKvBlockChars)) text += tag + " asks; ";
-  text.resize(static_cast<size_t>(blocks * kKvBlockChars));
-  return text + "end.";
+  return SimBlocksText(tag + " asks", blocks) + "end.";
 }
 
 bool KvHasSeries(ServeProcess& router, const std::string& name, const std::string& iid) {

@@ -29,15 +29,6 @@
 namespace narwhal::testing {
 namespace {
 
-constexpr int kPlaceBlockChars = 64;  // 16 simulator tokens
-
-// `blocks` full blocks of text for `tag`, nothing after them.
-std::string PlaceBlocks(const std::string& tag, int blocks) {
-  std::string text;
-  while (text.size() < static_cast<size_t>(blocks * kPlaceBlockChars)) text += tag + " says; ";
-  text.resize(static_cast<size_t>(blocks * kPlaceBlockChars));
-  return text;
-}
 // `tokens` tokens of text (4 characters each) for `tag`.
 std::string PlaceTail(const std::string& tag, int tokens) {
   std::string text;
@@ -89,7 +80,7 @@ class KvPlacementFleet {
     int k = 0;
     ASSERT_TRUE(WaitUntil(
         [&] {
-          Post(PlaceBlocks("warm-up " + std::to_string(k++), 4) + "end.");
+          Post(SimBlocksText("warm-up " + std::to_string(k++), 4) + "end.");
           for (const std::string& iid : iids_) {
             if (ScrapedMetric(*router_, "narwhal_kv_events_total",
                               {{"iid", iid}, {"kind", "stored"}}) == 0) {
@@ -182,7 +173,7 @@ TEST(ServeKvPlacementTest, B27_ThePrefillFollowsTheBlocksAProducerReallyHolds) {
                                       {{"placement", {{"prefill", "kv_events"}}}}, 16));
   ASSERT_NO_FATAL_FAILURE(fleet.WarmUpAndClear());
 
-  const std::string question = PlaceBlocks("the question", 8) + "end.";  // 129 tokens
+  const std::string question = SimBlocksText("the question", 8) + "end.";  // 129 tokens
   const json first = fleet.Post(question);
   EXPECT_EQ(first["prefill_placement"], "least_loaded") << first.dump();  // no engine holds it
   EXPECT_EQ(first["cached_tokens_est"], 0) << first.dump();
@@ -212,7 +203,7 @@ TEST(ServeKvPlacementTest, B27_ThePrefillFollowsTheBlocksAProducerReallyHolds) {
   // of the router's own placements would still say it does.
   const json direct = {
       {"model", kModel},
-      {"prompt", PlaceBlocks("someone else's", 16) + "end."},
+      {"prompt", SimBlocksText("someone else's", 16) + "end."},
       {"max_tokens", 1},
       {"kv_transfer_params", {{"do_remote_decode", true}, {"do_remote_prefill", false}}}};
   const HttpResult evicting = HttpPostRaw(fleet.sim(holder).port(), kCompletions, direct.dump());
@@ -270,7 +261,7 @@ TEST(ServeKvPlacementTest, B27_ATokenizeOutagePlacesLeastLoadedAndFailsNoRequest
                     {{"tokenizer", "http://127.0.0.1:" + std::to_string(silent.port())},
                      {"tokenize_timeout_s", 0.2}}}}));
   for (int k = 0; k < 3; ++k) {
-    const json row = fleet.Post(PlaceBlocks("outage " + std::to_string(k), 4) + "end.");
+    const json row = fleet.Post(SimBlocksText("outage " + std::to_string(k), 4) + "end.");
     EXPECT_EQ(row["terminal"], "completed") << row.dump();
     EXPECT_EQ(row["prefill_placement"], "least_loaded") << row.dump();
     EXPECT_EQ(row["disaggregated"], true) << row.dump();
@@ -293,7 +284,7 @@ TEST(ServeKvPlacementTest, B27_AnUnreachableTokenizerIsAnErrorFallback) {
       fleet.Start({{"p0", "prefill"}, {"d0", "decode"}},
                   {{"placement", {{"prefill", "kv_events"}}},
                    {"kv_events", {{"tokenizer", "http://127.0.0.1:" + std::to_string(port)}}}}));
-  const json row = fleet.Post(PlaceBlocks("unreachable", 2) + "end.");
+  const json row = fleet.Post(SimBlocksText("unreachable", 2) + "end.");
   EXPECT_EQ(row["terminal"], "completed") << row.dump();
   EXPECT_TRUE(row.value("placement_fallback", "").starts_with("error: ")) << row.dump();
   EXPECT_EQ(
@@ -308,7 +299,7 @@ TEST(ServeKvPlacementTest, B28_AutoSkipsThePrefillExactlyWhenTheDecodeEngineHold
       {{"placement",
         {{"prefill", "kv_events"}, {"disaggregate", "auto"}, {"min_uncached_tokens", 32}}}}));
   ASSERT_NO_FATAL_FAILURE(fleet.WarmUpAndClear());
-  const std::string history = PlaceBlocks("the conversation so far", 8);  // 128 tokens
+  const std::string history = SimBlocksText("the conversation so far", 8);  // 128 tokens
 
   // Turn 1: the decode engine holds nothing: disaggregated, and d0 caches
   // (and publishes) the blocks it pulled.
