@@ -32,6 +32,11 @@ void StreamEvent::Clear() {
   error_message.clear();
   choices = 0;
   stray_choice_index.reset();
+  has_token_ids = false;
+  token_ids.clear();
+  has_prompt_token_ids = false;
+  prompt_token_ids.clear();
+  token_fields = false;
 }
 
 std::string ChoiceBoundError(const StreamEvent& event) {

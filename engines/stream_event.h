@@ -24,9 +24,11 @@
 #ifndef NARWHAL_ENGINES_STREAM_EVENT_H_
 #define NARWHAL_ENGINES_STREAM_EVENT_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace narwhal::engines {
 
@@ -59,6 +61,17 @@ struct StreamEvent {
   int choices = 0;
   // The first integer choice `index` outside 0..kMaxChoices-1, if any.
   std::optional<long long> stray_choice_index;
+  // vLLM's return_token_ids fields. token_ids: choice 0's `token_ids` when it
+  // is a list of integers in 0..2^32-1 (has_token_ids), else empty.
+  // prompt_token_ids: the top-level member (chat) or choice 0's (completions),
+  // under the same rule. token_fields: any `token_ids` or `prompt_token_ids`
+  // member was seen, valid or not (what the router strips for a client that
+  // did not ask for them).
+  bool has_token_ids = false;
+  std::vector<uint32_t> token_ids;
+  bool has_prompt_token_ids = false;
+  std::vector<uint32_t> prompt_token_ids;
+  bool token_fields = false;
 
   void Clear();
 };

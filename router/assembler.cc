@@ -70,6 +70,11 @@ bool Assembler::AddChunk(const json& chunk) {
     system_fingerprint_ = *fp;
   }
   if (auto u = chunk.find("usage"); u != chunk.end() && u->is_object()) usage_ = *u;
+  if (auto p = chunk.find("prompt_token_ids");
+      p != chunk.end() && p->is_array() && prompt_token_ids_.is_null()) {
+    prompt_token_ids_ = *p;
+    bytes_ += p->size() * 8;
+  }
   auto choices = chunk.find("choices");
   if (choices == chunk.end() || !choices->is_array()) return true;
   if (choices->size() > static_cast<size_t>(kMaxChoices)) {
@@ -134,6 +139,16 @@ bool Assembler::AddChunk(const json& chunk) {
         }
       }
     }
+    if (auto ids = choice.find("token_ids"); ids != choice.end() && ids->is_array()) {
+      if (!c.token_ids.is_array()) c.token_ids = json::array();
+      for (const json& id : *ids) c.token_ids.push_back(id);
+      bytes_ += ids->size() * 8;
+    }
+    if (auto p = choice.find("prompt_token_ids");
+        p != choice.end() && p->is_array() && c.prompt_token_ids.is_null()) {
+      c.prompt_token_ids = *p;
+      bytes_ += p->size() * 8;
+    }
     if (auto lp = choice.find("logprobs"); lp != choice.end() && !lp->is_null()) {
       MergeLogprobs(c, *lp);
     }
@@ -178,10 +193,13 @@ json Assembler::Build() const {
     choice["logprobs"] = c.logprobs;
     choice["finish_reason"] = c.finish_reason;
     choice["stop_reason"] = c.stop_reason;
+    if (!c.prompt_token_ids.is_null()) choice["prompt_token_ids"] = c.prompt_token_ids;
+    if (!c.token_ids.is_null()) choice["token_ids"] = c.token_ids;
     choices.push_back(std::move(choice));
   }
   out["choices"] = std::move(choices);
   if (!system_fingerprint_.is_null()) out["system_fingerprint"] = system_fingerprint_;
+  if (!prompt_token_ids_.is_null()) out["prompt_token_ids"] = prompt_token_ids_;
   out["usage"] = usage_;
   return out;
 }

@@ -1,10 +1,12 @@
 // Assembler: folds a decode stream into one non-streaming OpenAI response.
 //
 // Non-streaming clients get the decode leg as a stream too (B4); the router
-// keeps one Assembler per attempt and discards it when the attempt fails.
+// keeps one Assembler per attempt (and its continuations, B29) and discards
+// it when the attempt fails.
 // Folding: text / content / reasoning_content / refusal concatenated per
 // choice, tool_calls merged by index (arguments concatenated), logprobs
-// arrays concatenated, finish_reason and stop_reason from the last chunk
+// arrays concatenated, token_ids concatenated (prompt_token_ids from the
+// first chunk carrying them), finish_reason and stop_reason from the last chunk
 // reporting them, usage from the engine. Bounded by max_bytes of retained
 // output, by engines::kMaxChoices choices (a choice index outside
 // 0..kMaxChoices-1, or a chunk with more choices, is refused) and by
@@ -48,6 +50,10 @@ class Assembler {
     nlohmann::json logprobs;                         // null until seen
     nlohmann::json finish_reason;
     nlohmann::json stop_reason;
+    // vLLM's return_token_ids: generated ids concatenated; the prompt's
+    // (completions) from the first chunk carrying them. Null until seen.
+    nlohmann::json token_ids;
+    nlohmann::json prompt_token_ids;
   };
   void MergeLogprobs(ChoiceState& c, const nlohmann::json& lp);
   bool AddChunk(const nlohmann::json& chunk);
@@ -57,6 +63,7 @@ class Assembler {
   size_t bytes_ = 0;
   std::string error_;
   nlohmann::json id_, created_, model_, system_fingerprint_, usage_;
+  nlohmann::json prompt_token_ids_;  // chat: top level, from the first chunk carrying it
   std::map<long long, ChoiceState> choices_;
 };
 

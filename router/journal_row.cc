@@ -85,6 +85,18 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
         record.cached_tokens_est ? json(*record.cached_tokens_est) : json(nullptr);
     if (!record.placement_fallback.empty()) row["placement_fallback"] = record.placement_fallback;
   }
+  if (!record.continuations.empty()) {
+    json continuations = json::array();
+    for (const ContinuationRecord& c : record.continuations) {
+      continuations.push_back(
+          {{"at_token", c.at_token},
+           {"from_iid", NullIfEmpty(c.from_iid)},
+           {"to_iid", NullIfEmpty(c.to_iid)},
+           {"reason", c.reason},
+           {"outcome", ContinuationOutcomeName(c.outcome.value_or(ContinuationOutcome::kFailed))}});
+    }
+    row["continuations"] = std::move(continuations);
+  }
   return row;
 }
 

@@ -15,6 +15,7 @@
 
 #include "engines/engine_failure.h"
 #include "router/common/handoff_labels.h"
+#include "router/continuation.h"
 #include "router/fleet/fleet.h"
 #include "router/fleet/placement.h"
 #include "router/outcome.h"
@@ -31,6 +32,17 @@ struct AttemptFailure {
   std::string retry_reason;  // allowed, connect_failover, output_started, attempt_limit,
                              // non_transient, original_deadline, shared_budget, no_engine,
                              // cancelled
+};
+
+// One continuation (B29) or refusal to continue (B30), as the journal's
+// continuations[] records it.
+struct ContinuationRecord {
+  long long at_token = 0;  // tokens of the answer sent before it
+  std::string from_iid;    // the engine whose leg failed
+  std::string to_iid;      // the continuation's decode engine ("" when none)
+  // The failure it follows (a FailureReason name), or why it was refused.
+  std::string reason;
+  std::optional<ContinuationOutcome> outcome;  // unset while it runs
 };
 
 // What the router learned about a request while it ran (empty for a
@@ -60,6 +72,8 @@ struct RequestRecord {
   // The latest attempt's silent-recompute evidence (router/fleet/kv_recompute.h;
   // journal kv_recompute_suspected, kv_recompute_evidence).
   std::optional<nlohmann::json> recompute_evidence;
+  // B29/B30, in order.
+  std::vector<ContinuationRecord> continuations;
 };
 
 // The row; `status` (may be null: the edge fields are then null).

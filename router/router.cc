@@ -16,6 +16,7 @@
 #include "router/assembler.h"
 #include "router/common/log.h"
 #include "router/context_limit.h"
+#include "router/continuation.h"
 #include "router/fleet/kv_recompute.h"
 #include "router/fleet/prefix_index.h"
 #include "router/prompt_tokens.h"
@@ -38,10 +39,28 @@ constexpr size_t kMaxHeldEvents = 64;
 // write (Flush).
 class AttemptRelay : public engines::DecodeObserver {
  public:
-  AttemptRelay(const Request& request, ResponseSink& sink, const Clock& clock, Metrics* metrics)
-      : request_(request), sink_(sink), clock_(clock), metrics_(metrics), assembler_(request.api) {}
+  // `assembler` folds a non-streaming answer (kept across a continuation's
+  // legs); `ledger` (may be null) follows token ids and rewrites what the
+  // client sees (B29); `base_tokens`: output tokens sent before this leg.
+  AttemptRelay(const Request& request, ResponseSink& sink, const Clock& clock, Metrics* metrics,
+               Assembler& assembler, StreamLedger* ledger, long long base_tokens)
+      : request_(request),
+        sink_(sink),
+        clock_(clock),
+        metrics_(metrics),
+        assembler_(assembler),
+        ledger_(ledger),
+        tokens_(base_tokens) {}
 
-  bool OnEvent(std::string_view data, const engines::StreamEvent& ev) override {
+  bool OnEvent(std::string_view engine_data, const engines::StreamEvent& engine_ev) override {
+    std::string_view data = engine_data;
+    const engines::StreamEvent* evp = &engine_ev;
+    if (ledger_ != nullptr) {
+      adjusted_ = engine_ev;
+      data = ledger_->Pass(engine_data, &adjusted_);
+      evp = &adjusted_;
+    }
+    const engines::StreamEvent& ev = *evp;
     if (ev.kind == engines::EventKind::kToken) {
       tokens_ += ev.tokens;
       pending_tokens_ += ev.tokens;
@@ -107,7 +126,9 @@ class AttemptRelay : public engines::DecodeObserver {
   ResponseSink& sink_;
   const Clock& clock_;
   Metrics* metrics_;
-  Assembler assembler_;
+  Assembler& assembler_;
+  StreamLedger* ledger_;
+  engines::StreamEvent adjusted_;
   std::vector<Held> held_;
   std::optional<MonoTime> first_token_;
   MonoTime last_token_{};
@@ -179,15 +200,25 @@ class Router::Run {
   engines::Awaitable<void> Execute() {
     const engines::Executor executor = co_await boost::asio::this_coro::executor;
     executor_ = executor;
+    const ContinuationSettings& cs = request_.config->settings.continuation;
+    if (cs.enabled) {
+      continuation_refusal_ = ContinuationRefusal(request_.api, request_.body);
+      // The engines are asked for token ids only when the request could move.
+      if (continuation_refusal_.empty()) {
+        ids_body_ = request_.body;
+        ids_body_["return_token_ids"] = true;
+        ask_ids_ = true;
+      }
+    }
     for (int attempt = 1;; ++attempt) {
       record_.attempts = attempt;
       if (attempt > 1) {
-        if (r_.metrics_ != nullptr) r_.metrics_->retry_attempts_total.Increment();
+        if (r_.metrics_ != nullptr && !continuing_) r_.metrics_->retry_attempts_total.Increment();
         const bool slept = co_await r_.clock_.Sleep(executor, engines::FromSeconds(next_backoff_s_),
                                                     &sink_->cancel_token());
         if (!slept) {
           RefundCredit();
-          Finish(FailureOutcome(Cancelled(Phase::kPrefill), false));
+          Finish(FailureOutcome(Cancelled(Phase::kPrefill), Visible()));
           co_return;
         }
       }
@@ -212,9 +243,15 @@ class Router::Run {
   // One prefill + decode attempt. Returns true when a retry should follow.
   engines::Awaitable<bool> RunAttempt(int attempt) {
     const Settings& s = request_.config->settings;
+    if (!continuing_) {
+      // A fresh attempt starts the answer over.
+      assembler_.emplace(request_.api);
+      ledger_.reset();
+      if (ask_ids_) ledger_.emplace(request_.api, ClientAsksTokenIds(request_.body));
+    }
     if (sink_->cancelled()) {
       RefundCredit();
-      Finish(FailureOutcome(Cancelled(Phase::kPrefill), false));
+      Finish(FailureOutcome(Cancelled(Phase::kPrefill), Visible()));
       co_return false;
     }
     if (r_.clock_.Now() >= request_.deadline) {
@@ -222,7 +259,7 @@ class Router::Run {
       Finish(FailureOutcome(
           RouterFailure(Phase::kPrefill, "", FailureReason::kDeadline, engines::FailureCause::kNone,
                         "request deadline passed before the prefill leg", false),
-          false));
+          Visible()));
       co_return false;
     }
 
@@ -235,6 +272,13 @@ class Router::Run {
     }
 
     // --- placement input: the prompt's text key and token ids (B27) ---
+    if (continuing_) {
+      // B29: the continuation prompt is token ids, placed as any prefill.
+      PlacementPrompt prompt;
+      prompt.tokens = continuation_ids_;
+      prompt.block_size = s.kv_events.block_size;
+      co_return co_await PrefillAndDecode(attempt, prompt, std::nullopt);
+    }
     if (s.placement.cache_aware() && !keyed_) {
       prompt_key_ = PrefixIndex::Key(PromptText(request_.api, request_.body));
       keyed_ = true;
@@ -270,7 +314,14 @@ class Router::Run {
         planned.reset();
       }
     }
+    co_return co_await PrefillAndDecode(attempt, prompt, std::move(planned));
+  }
 
+  // The prefill leg on a producer and the decode leg on a consumer
+  // (`planned`: already reserved under B28's auto).
+  engines::Awaitable<bool> PrefillAndDecode(int attempt, const PlacementPrompt& prompt,
+                                            std::optional<Fleet::Reservation> planned) {
+    const Settings& s = request_.config->settings;
     // --- prefill (B1, B2) ---
     std::optional<Fleet::Reservation> producer =
         r_.fleet_.PickAndReserve(Phase::kPrefill, excluded_, planned ? planned->target().iid : "",
@@ -303,7 +354,7 @@ class Router::Run {
     LegCancel prefill_cancel(sink_->cancel_token(), producer->engine());
     prefill_options.cancel = prefill_cancel.token();
     engines::PrefillOutcome prefill =
-        co_await r_.engines_.Prefill(producer_target, request_.api, request_.body, prefill_options);
+        co_await r_.engines_.Prefill(producer_target, LegApi(), LegBody(), prefill_options);
     producer->Release();
     if (!prefill.ok() && prefill.failure->reason == FailureReason::kCancelled &&
         prefill_cancel.EngineRemoved(sink_->cancel_token())) {
@@ -317,7 +368,7 @@ class Router::Run {
     }
 
     const MonoTime prefill_done = r_.clock_.Now();
-    ttft_s_ = engines::Seconds(prefill_done - request_.arrived);  // B9
+    if (!continuing_) ttft_s_ = engines::Seconds(prefill_done - request_.arrived);  // B9
     if (r_.metrics_ != nullptr) {
       r_.metrics_->prefill_seconds.Observe(engines::Seconds(prefill_done - handoff_start));
     }
@@ -338,6 +389,9 @@ class Router::Run {
       co_return false;
     }
     record_.decode_iid = consumer->target().iid;
+    if (continuing_ && !record_.continuations.empty()) {
+      record_.continuations.back().to_iid = record_.decode_iid;
+    }
 
     // B7: the handoff must still be young enough when decode dispatches.
     if (s.serving.handoff_timeout_s > 0 &&
@@ -398,24 +452,29 @@ class Router::Run {
     decode_options.request_deadline = request_.deadline;
     LegCancel decode_cancel(sink_->cancel_token(), consumer.engine());
     decode_options.cancel = decode_cancel.token();
-    AttemptRelay relay(request_, *sink_, r_.clock_, r_.metrics_);
+    const long long base_tokens =
+        continuing_ && ledger_ ? static_cast<long long>(ledger_->generated().size()) : 0;
+    AttemptRelay relay(request_, *sink_, r_.clock_, r_.metrics_, *assembler_,
+                       ledger_ ? &*ledger_ : nullptr, base_tokens);
     report_->consumer = consumer_target.iid;
     report_->consumer_incarnation = consumer.engine()->id();
     report_->crossed_decode = !local && consumer_target.iid != producer_iid;
     r_.fleet_.DecodeStarted(producer_iid, consumer_target.iid);
     engines::DecodeOutcome decode = co_await r_.engines_.Decode(
-        consumer_target, handoff, request_.body, request_.stream, decode_options, relay);
+        consumer_target, handoff, LegBody(), request_.stream, decode_options, relay);
     consumer.Release();
     if (!decode.ok() && decode.failure->reason == FailureReason::kCancelled &&
         decode_cancel.EngineRemoved(sink_->cancel_token())) {
       decode.failure = EngineRemovedFailure(Phase::kDecode, consumer_target.iid);
     }
-    if (!local) NoteRecompute(producer_iid, consumer_target.iid, decode, relay);
-    if (relay.first_token()) {
+    // A continuation leg's usage is rewritten to the whole answer's: it says
+    // nothing of its consumer's cache.
+    if (!local && !continuing_) NoteRecompute(producer_iid, consumer_target.iid, decode, relay);
+    if (relay.first_token()) output_tokens_ = relay.output_tokens();
+    if (relay.first_token() && !continuing_) {
       first_byte_s_ = engines::Seconds(*relay.first_token() - request_.arrived);  // B9
       // A local prefill's first token is its decode's first.
       if (local) ttft_s_ = first_byte_s_;
-      output_tokens_ = relay.output_tokens();
       if (output_tokens_ >= 2) {
         const MonoTime first = local ? *relay.first_token() : prefill_done;
         record_.tpot_s =
@@ -447,7 +506,7 @@ class Router::Run {
       o.terminal = Terminal::kCompleted;
       o.output_started = request_.stream;
       o.finish_reason = relay.finish_reason();
-      if (!request_.stream) o.body = relay.assembler().Build();
+      if (!request_.stream) o.body = assembler_->Build();
       Finish(std::move(o));
       co_return false;
     }
@@ -466,7 +525,7 @@ class Router::Run {
     if (relay.assembly_failed()) {
       failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kInvalidResponse,
                               engines::FailureCause::kUnassemblable,
-                              "unassemblable decode response: " + relay.assembler().error(), false);
+                              "unassemblable decode response: " + assembler_->error(), false);
     } else if (relay.client_too_slow()) {
       failure = RouterFailure(Phase::kDecode, consumer_target.iid, FailureReason::kDeadline,
                               engines::FailureCause::kClientTooSlow,
@@ -474,6 +533,17 @@ class Router::Run {
     }
     co_return OnFailure(attempt, std::move(failure), relay.output_started());
   }
+
+  // The engine API and body of this attempt's legs: the client's (with
+  // return_token_ids when the engines are asked for token ids), or a
+  // continuation's token-id completion (B29).
+  engines::Api LegApi() const { return continuing_ ? engines::Api::kCompletions : request_.api; }
+  const json& LegBody() const {
+    if (continuing_) return continuation_body_;
+    return ask_ids_ ? ids_body_ : request_.body;
+  }
+  // The client has seen output that a continuation carries on.
+  bool Visible() const { return continuing_ && request_.stream; }
 
   // A leg whose connection was never established (refused, unreachable,
   // not within http.connect_timeout_s): no request reached the engine.
@@ -484,21 +554,37 @@ class Router::Run {
 
   // Records a failed leg and decides whether to retry (B14).
   bool OnFailure(int attempt, EngineFailure f, bool output_started) {
+    output_started = output_started || Visible();
     AttemptFailure af{attempt, f, output_started, false, ""};
     CountAttemptFailure(f);
     // Breaker evidence goes to the fleet with the attempt's report.
     if (report_) report_->failure = f;
     SendReport();
-    // A retry avoids the engines that failed this request; a failed decode
-    // also avoids that attempt's producer.
+    // Tokens this answer already holds (streamed, or assembled for a
+    // non-streaming client): its handoff was good.
+    const bool tokens_held = output_started || (ledger_ && !ledger_->generated().empty());
+    // A retry avoids the engines that failed this request; a decode that
+    // failed before any token also avoids that attempt's producer.
     for (const std::string& iid :
-         {f.iid, f.evidence_iid, f.phase == Phase::kDecode ? record_.prefill_iid : std::string()}) {
+         {f.iid, f.evidence_iid,
+          f.phase == Phase::kDecode && !tokens_held ? record_.prefill_iid : std::string()}) {
       if (!iid.empty() && std::find(excluded_.begin(), excluded_.end(), iid) == excluded_.end()) {
         excluded_.push_back(iid);
       }
     }
+    if (continuing_) SettleContinuation(ContinuationOutcome::kFailed);
 
     const Settings& s = request_.config->settings;
+    // B29: a decode that breaks after output continues on other engines.
+    if (s.continuation.enabled && tokens_held && ContinuableFailure(f)) {
+      if (Continue(f)) {
+        af.retry_reason = "continuation";
+        af.retry_scheduled = true;
+        record_.failures.push_back(af);
+        next_backoff_s_ = 0;
+        return true;
+      }
+    }
     if (f.reason == FailureReason::kCancelled) {
       af.retry_reason = "cancelled";
     } else if (output_started) {
@@ -593,7 +679,7 @@ class Router::Run {
     HandoffReleaser::Abandoned a;
     a.handoff = &handoff;
     a.reason = reason;
-    a.client_body = request_.body;
+    a.client_body = LegBody();
     a.handoff_start = handoff_start;
     a.avoid = std::move(avoid);
     a.rid = request_.rid;
@@ -608,7 +694,66 @@ class Router::Run {
       why = std::string("no engine left for the ") + std::string(engines::PhaseName(phase)) +
             " role after excluding the engines that failed this request";
     }
-    Finish(RefusalOutcome(Terminal::kFailed, Reason::kNoEngine, why));
+    Outcome o = RefusalOutcome(Terminal::kFailed, Reason::kNoEngine, why);
+    o.output_started = Visible();  // a continuation's stream ends as B16 says
+    Finish(std::move(o));
+  }
+
+  // B29/B30: continues the answer after decode failure `f`, or records why
+  // not. True when the continuation attempt is scheduled.
+  bool Continue(const EngineFailure& f) {
+    const ContinuationSettings& cs = request_.config->settings.continuation;
+    const long long sent = ledger_ ? static_cast<long long>(ledger_->generated().size()) : 0;
+    ContinuationRecord entry;
+    entry.at_token = sent;
+    entry.from_iid = f.iid;
+    std::string refusal(continuation_refusal_);
+    long long budget = -1;
+    if (refusal.empty() && (!ledger_ || !ledger_->exact())) refusal = "no_token_ids";
+    if (refusal.empty() && continuations_ >= cs.max_per_request) refusal = "max_per_request";
+    if (refusal.empty() && r_.clock_.Now() >= request_.deadline) refusal = "deadline";
+    if (refusal.empty()) {
+      const long long total = static_cast<long long>(ledger_->prompt_ids().size()) + sent;
+      budget = RemainingBudget(request_.api, request_.body, sent, total, r_.fleet_.max_model_len());
+      if (budget < 0) refusal = "unknown_budget";
+      if (budget == 0) refusal = "max_tokens_reached";
+    }
+    if (refusal.empty() && (!r_.fleet_.CanPlace(Phase::kPrefill, excluded_) ||
+                            !r_.fleet_.CanPlace(Phase::kDecode, excluded_))) {
+      refusal = "no_engine";
+    }
+    ContinuationOutcome outcome = ContinuationOutcome::kRefused;
+    if (refusal.empty() && !r_.continuation_budget_.TryAcquire()) {
+      refusal = "budget";
+      outcome = ContinuationOutcome::kNoBudget;
+    }
+    if (!refusal.empty()) {
+      entry.reason = std::move(refusal);
+      entry.outcome = outcome;
+      record_.continuations.push_back(std::move(entry));
+      r_.CountContinuation(outcome);
+      LogInfo("request " + request_.rid + ": not continued after token " + std::to_string(sent) +
+              " on " + f.iid + ": " + record_.continuations.back().reason);
+      return false;
+    }
+    entry.reason = std::string(engines::FailureReasonName(f.reason));
+    record_.continuations.push_back(std::move(entry));
+    ++continuations_;
+    continuing_ = true;
+    continuation_ids_ = ledger_->ContinuationPrompt();
+    continuation_body_ =
+        ContinuationBody(request_.api, request_.body, continuation_ids_, sent, budget);
+    ledger_->StartContinuation();
+    LogInfo("request " + request_.rid + ": continuing after token " + std::to_string(sent) + " (" +
+            f.iid + " failed: " + f.detail + ")");
+    return true;
+  }
+
+  // The running continuation's end (once).
+  void SettleContinuation(ContinuationOutcome outcome) {
+    if (record_.continuations.empty() || record_.continuations.back().outcome) return;
+    record_.continuations.back().outcome = outcome;
+    r_.CountContinuation(outcome);
   }
 
   void RefundCredit() {
@@ -626,6 +771,9 @@ class Router::Run {
   void Finish(Outcome o) {
     if (finished_) return;  // exactly once
     finished_ = true;
+    if (continuing_) {
+      SettleContinuation(o.ok() ? ContinuationOutcome::kContinued : ContinuationOutcome::kFailed);
+    }
     if (o.terminal == Terminal::kCancelled && r_.cutting_.load()) {
       // Cut at the drain deadline: the router's doing, not the client's.
       Outcome cut = RefusalOutcome(Terminal::kFailed, Reason::kShuttingDown,
@@ -656,6 +804,19 @@ class Router::Run {
   bool keyed_ = false;
   // The prompt's token ids, asked once per request (B27).
   std::optional<PromptTokens> tokens_;
+  // B29/B30: why the request's own fields forbid continuing it ("" when
+  // they do not); the client body with return_token_ids (ask_ids_); the
+  // answer's stream ledger and assembly, kept across a continuation's legs;
+  // the running continuation's prompt and body.
+  std::string continuation_refusal_;
+  bool ask_ids_ = false;
+  json ids_body_;
+  std::optional<StreamLedger> ledger_;
+  std::optional<Assembler> assembler_;
+  bool continuing_ = false;
+  int continuations_ = 0;
+  std::vector<uint32_t> continuation_ids_;
+  json continuation_body_;
   double next_backoff_s_ = 0;
   bool credit_held_ = false;
   bool connect_failover_used_ = false;  // the one failover after a failed connect
@@ -680,6 +841,7 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
       journal_(journal),
       journal_status_(journal_status),
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
+      continuation_budget_(settings.continuation.budget, settings.continuation.replenish),
       releaser_(settings, engines, fleet, clock, metrics),
       seed_(seed) {
   if (metrics_ != nullptr) {
@@ -688,7 +850,16 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
   }
 }
 
+void Router::CountContinuation(ContinuationOutcome outcome) {
+  if (metrics_ == nullptr) return;
+  metrics_->continuations_total.Add({{"outcome", std::string(ContinuationOutcomeName(outcome))}})
+      .Increment();
+}
+
 void Router::ExportSeriesAtZero() {
+  for (ContinuationOutcome o : kContinuationOutcomes) {
+    metrics_->continuations_total.Add({{"outcome", std::string(ContinuationOutcomeName(o))}});
+  }
   for (engines::Api api : {engines::Api::kCompletions, engines::Api::kChatCompletions}) {
     for (Door door : {Door::kHttp, Door::kGrpc}) {
       for (Terminal terminal : kTerminals) {
@@ -825,7 +996,10 @@ void Router::CountRequest(const Request& request, const Outcome& outcome) {
 
 void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
                     const RequestRecord& record) {
-  if (outcome.ok()) retry_budget_.OnSuccess();
+  if (outcome.ok()) {
+    retry_budget_.OnSuccess();
+    continuation_budget_.OnSuccess();
+  }
   CountRequest(request, outcome);
   const double duration_s = engines::Seconds(clock_.Now() - request.arrived);
   if (metrics_ != nullptr) {

@@ -36,6 +36,7 @@
 #include "router/common/live_settings.h"
 #include "router/common/metrics.h"
 #include "router/common/settings.h"
+#include "router/continuation.h"
 #include "router/fleet/fleet.h"
 #include "router/handoff_releaser.h"
 #include "router/journal_row.h"
@@ -99,8 +100,10 @@ class Router {
   // A reload's settings for the router's own state (the retry budget).
   void ApplySettings(const Settings& settings) {
     retry_budget_.Resize(settings.serving.retry_budget, settings.serving.retry_replenish);
+    continuation_budget_.Resize(settings.continuation.budget, settings.continuation.replenish);
   }
   const RetryBudget& retry_budget() const { return retry_budget_; }
+  const RetryBudget& continuation_budget() const { return continuation_budget_; }
   const Settings& settings() const { return settings_; }
 
  private:
@@ -109,6 +112,7 @@ class Router {
   void Finish(const Request& request, ResponseSink& sink, Outcome outcome,
               const RequestRecord& record);
   void CountRequest(const Request& request, const Outcome& outcome);  // requests_total
+  void CountContinuation(ContinuationOutcome outcome);                // continuations_total
   // Every label combination of the request counters at zero from the start.
   void ExportSeriesAtZero();
   // The request's one journal row, built from its one record.
@@ -131,6 +135,8 @@ class Router {
   AccessLog* access_log_ = nullptr;
   const JournalStatus* journal_status_;
   RetryBudget retry_budget_;
+  // B29: the continuation credit pool (continuation.budget, .replenish).
+  RetryBudget continuation_budget_;
   // Releases of abandoned handoffs; destroyed (waited for) before the rest.
   HandoffReleaser releaser_;
 

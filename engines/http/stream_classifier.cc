@@ -44,6 +44,7 @@ enum class Key : uint8_t {
   kRefusal,
   kToolCalls,
   kTokenIds,
+  kPromptTokenIds,
   kFinishReason,
   kCompletionTokens,
   kPromptTokens,
@@ -82,6 +83,9 @@ Key IdentifyKey(std::string_view k) {
       if (k == "finish_reason") return Key::kFinishReason;
       if (k == "prompt_tokens") return Key::kPromptTokens;
       if (k == "cached_tokens") return Key::kCachedTokens;
+      break;
+    case 16:
+      if (k == "prompt_token_ids") return Key::kPromptTokenIds;
       break;
     case 17:
       if (k == "reasoning_content") return Key::kReasoning;
@@ -381,6 +385,11 @@ class Scan {
           od::object usage;
           return v.get_object().get(usage) == simdjson::SUCCESS && Usage(usage);
         }
+        case Key::kPromptTokenIds:
+        case Key::kTokenIds:
+          event_->token_fields = true;
+          if (key == Key::kTokenIds) return Skip(v, kDepth);
+          return Ids(v, kDepth, &event_->has_prompt_token_ids, &event_->prompt_token_ids);
         default:
           return Skip(v, kDepth);
       }
@@ -479,12 +488,23 @@ class Scan {
           return v.get_object().get(delta) == simdjson::SUCCESS && Delta(delta, index, &output);
         }
         case Key::kTokenIds: {
+          event_->token_fields = true;
           int count = 0;
           bool is_array = false;
-          if (!Count(v, kDepth, &is_array, &count)) return false;
+          if (index == 0) {
+            if (!Ids(v, kDepth, &event_->has_token_ids, &event_->token_ids, &is_array, &count)) {
+              return false;
+            }
+          } else if (!Count(v, kDepth, &is_array, &count)) {
+            return false;
+          }
           if (is_array && count > 0) token_ids = count;
           return true;
         }
+        case Key::kPromptTokenIds:
+          event_->token_fields = true;
+          if (index != 0) return Skip(v, kDepth);
+          return Ids(v, kDepth, &event_->has_prompt_token_ids, &event_->prompt_token_ids);
         case Key::kIndex: {
           bool has_integer = false;
           long long i = 0;
@@ -549,6 +569,38 @@ class Scan {
       ++*count;
       return Skip(e, depth + 1);
     });
+  }
+
+  // A list of token ids: *valid and *ids set when every element is an
+  // integer in 0..2^32-1 (else *ids empty); any other value validated.
+  // `is_array` and `count` as Count's, when given.
+  bool Ids(od::value& v, int depth, bool* valid, std::vector<uint32_t>* ids,
+           bool* is_array = nullptr, int* count = nullptr) {
+    od::json_type type;
+    if (!Type(v, &type)) return false;
+    if (is_array != nullptr) *is_array = type == od::json_type::array;
+    *valid = false;
+    ids->clear();
+    if (type != od::json_type::array) return Skip(v, depth);
+    od::array array;
+    if (depth > kMaxJsonDepth || v.get_array().get(array) != simdjson::SUCCESS) return false;
+    bool all = true;
+    const bool ok = Elements(array, [&](od::value& e) {
+      if (count != nullptr) ++*count;
+      bool has_integer = false;
+      long long id = 0;
+      if (!Integer(e, depth + 1, &has_integer, &id)) return false;
+      if (!has_integer || id < 0 || id > std::numeric_limits<uint32_t>::max()) {
+        all = false;
+      } else if (all) {
+        ids->push_back(static_cast<uint32_t>(id));
+      }
+      return true;
+    });
+    if (!ok) return false;
+    *valid = all;
+    if (!all) ids->clear();
+    return true;
   }
 
   bool Usage(od::object& usage) {

@@ -91,6 +91,12 @@ Metrics::Metrics(prometheus::Registry& r)
                         .Help("Credits left in the shared retry pool.")
                         .Register(r)
                         .Add({})),
+      continuations_total(
+          prometheus::BuildCounter()
+              .Name("narwhal_continuations_total")
+              .Help("Decodes that broke after output started, by what followed: continued, "
+                    "refused, failed or no_budget.")
+              .Register(r)),
       handoff_rejected_total(prometheus::BuildCounter()
                                  .Name("narwhal_handoff_rejected_total")
                                  .Help("KV handoffs not used for decode, by reason.")

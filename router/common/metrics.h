@@ -38,6 +38,8 @@ class Metrics {
   prometheus::Counter& retry_attempts_total;
   prometheus::Counter& retry_denied_total;
   prometheus::Gauge& retry_credits;
+  // Stream continuation (SPEC §15): continuations_total{outcome}.
+  prometheus::Family<prometheus::Counter>& continuations_total;
   prometheus::Family<prometheus::Counter>& handoff_rejected_total;  // {reason}
   // Abandoned handoffs and their releases (router/handoff_releaser.h); every
   // label of router/common/handoff_labels.h exported at zero from the start.

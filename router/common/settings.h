@@ -202,6 +202,16 @@ struct KvEventsSettings {
   friend bool operator==(const KvEventsSettings&, const KvEventsSettings&) = default;
 };
 
+// Stream continuation (B29, B30): a decode that fails after output has
+// started continues on other engines from the tokens already sent.
+struct ContinuationSettings {
+  bool enabled = false;
+  int max_per_request = 1;  // continuations one request may take
+  double budget = 10;       // the router-wide credit pool: one credit per continuation
+  double replenish = 0.1;   // credits back per completed request
+  friend bool operator==(const ContinuationSettings&, const ContinuationSettings&) = default;
+};
+
 struct Settings {
   std::string model;  // served model name (required)
   ListenSettings listen;
@@ -219,6 +229,7 @@ struct Settings {
   DiscoverySettings discovery;
   MembershipSettings membership;
   KvEventsSettings kv_events;
+  ContinuationSettings continuation;
 };
 
 }  // namespace narwhal::router

@@ -1,0 +1,276 @@
+#include "router/continuation.h"
+
+#include <algorithm>
+#include <exception>
+#include <optional>
+
+#include "engines/json_limits.h"
+
+namespace narwhal::router {
+namespace {
+
+using engines::Api;
+using json = nlohmann::json;
+
+// Completions' max_tokens when the client sets none (OpenAI's and vLLM's).
+constexpr long long kCompletionsDefaultMaxTokens = 16;
+
+const json* Member(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool True(const json& body, const char* key) {
+  const json* v = Member(body, key);
+  return v != nullptr && v->is_boolean() && v->get<bool>();
+}
+
+bool IntegerAbove(const json& body, const char* key, long long limit) {
+  const json* v = Member(body, key);
+  return v != nullptr && v->is_number_integer() && v->get<long long>() > limit;
+}
+
+bool NonZero(const json& body, const char* key) {
+  const json* v = Member(body, key);
+  return v != nullptr && v->is_number() && v->get<double>() != 0;
+}
+
+std::optional<long long> Integer(const json& body, const char* key) {
+  const json* v = Member(body, key);
+  if (v == nullptr || !v->is_number_integer()) return std::nullopt;
+  return v->get<long long>();
+}
+
+}  // namespace
+
+std::string_view ContinuationOutcomeName(ContinuationOutcome o) {
+  switch (o) {
+    case ContinuationOutcome::kContinued:
+      return "continued";
+    case ContinuationOutcome::kRefused:
+      return "refused";
+    case ContinuationOutcome::kFailed:
+      return "failed";
+    case ContinuationOutcome::kNoBudget:
+      return "no_budget";
+  }
+  return "failed";
+}
+
+std::string_view ContinuationRefusal(Api api, const json& body) {
+  if (!body.is_object()) return "request";
+  if (IntegerAbove(body, "n", 1)) return "n";
+  if (IntegerAbove(body, "best_of", 1)) return "best_of";
+  if (True(body, "echo")) return "echo";
+  if (const json* rf = Member(body, "response_format"); rf != nullptr && rf->is_object()) {
+    const json* type = Member(*rf, "type");
+    if (type != nullptr && type->is_string() &&
+        (*type == "json_schema" || *type == "json_object" || *type == "structural_tag")) {
+      return "structured_output";
+    }
+  }
+  if (Member(body, "structured_outputs") != nullptr) return "structured_output";
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (it.key().rfind("guided_", 0) == 0 && !it->is_null()) return "structured_output";
+  }
+  if (const json* tools = Member(body, "tools");
+      tools != nullptr && (!tools->is_array() || !tools->empty())) {
+    return "tools";
+  }
+  if (Member(body, "functions") != nullptr) return "tools";
+  if (const json* stop = Member(body, "stop");
+      stop != nullptr && !(stop->is_array() && stop->empty()) &&
+      !(stop->is_string() && stop->get_ref<const std::string&>().empty())) {
+    return "stop";
+  }
+  if (Member(body, "prompt_logprobs") != nullptr || Member(body, "top_logprobs") != nullptr) {
+    return "logprobs";
+  }
+  if (const json* lp = Member(body, "logprobs");
+      lp != nullptr && !(lp->is_boolean() && !lp->get<bool>())) {
+    return "logprobs";
+  }
+  if (NonZero(body, "presence_penalty") || NonZero(body, "frequency_penalty")) return "penalties";
+  (void)api;
+  return "";
+}
+
+bool ClientAsksTokenIds(const json& body) {
+  return body.is_object() && True(body, "return_token_ids");
+}
+
+bool ContinuableFailure(const engines::EngineFailure& f) {
+  switch (f.reason) {
+    case engines::FailureReason::kCancelled:
+    case engines::FailureReason::kDeadline:
+    case engines::FailureReason::kHandoffExpired:
+    case engines::FailureReason::kEngineRejected:
+      return false;
+    default:
+      break;
+  }
+  return f.cause != engines::FailureCause::kClientTooSlow &&
+         f.cause != engines::FailureCause::kUnassemblable;
+}
+
+long long RemainingBudget(Api api, const json& body, long long sent, long long total,
+                          long long max_model_len) {
+  std::optional<long long> limit;
+  if (api == Api::kChatCompletions) limit = Integer(body, "max_completion_tokens");
+  if (!limit) limit = Integer(body, "max_tokens");
+  if (!limit && api == Api::kCompletions) limit = kCompletionsDefaultMaxTokens;
+  if (limit) return std::max(0LL, *limit - sent);
+  if (max_model_len > 0) return std::max(0LL, max_model_len - total);
+  return -1;
+}
+
+json ContinuationBody(Api api, const json& body, const std::vector<uint32_t>& ids, long long sent,
+                      long long max_tokens) {
+  json out = body;
+  for (const char* key : {"messages",
+                          "chat_template",
+                          "chat_template_kwargs",
+                          "add_generation_prompt",
+                          "continue_final_message",
+                          "documents",
+                          "tools",
+                          "tool_choice",
+                          "parallel_tool_calls",
+                          "mm_processor_kwargs",
+                          "max_completion_tokens",
+                          "response_format",
+                          "echo",
+                          "logprobs",
+                          "top_logprobs",
+                          "prompt_logprobs",
+                          "suffix",
+                          "add_special_tokens",
+                          "prompt",
+                          "kv_transfer_params",
+                          "n",
+                          "best_of"}) {
+    out.erase(key);
+  }
+  out["prompt"] = ids;
+  out["max_tokens"] = max_tokens;
+  if (std::optional<long long> min = Integer(body, "min_tokens")) {
+    if (*min - sent > 0) {
+      out["min_tokens"] = *min - sent;
+    } else {
+      out.erase("min_tokens");
+    }
+  }
+  out["return_token_ids"] = true;
+  (void)api;
+  return out;
+}
+
+std::vector<uint32_t> StreamLedger::ContinuationPrompt() const {
+  std::vector<uint32_t> ids;
+  ids.reserve(prompt_ids_.size() + generated_.size());
+  ids.insert(ids.end(), prompt_ids_.begin(), prompt_ids_.end());
+  ids.insert(ids.end(), generated_.begin(), generated_.end());
+  return ids;
+}
+
+void StreamLedger::StartContinuation() {
+  continuing_ = true;
+  base_ = generated_.size();
+}
+
+std::string_view StreamLedger::Pass(std::string_view data, engines::StreamEvent* event) {
+  using engines::EventKind;
+  if (event->kind != EventKind::kToken && event->kind != EventKind::kMetadata) return data;
+  if (!continuing_) {
+    if (!identity_seen_) NoteIdentity(data);
+    if (event->has_prompt_token_ids && !has_prompt_ids_) {
+      prompt_ids_ = event->prompt_token_ids;
+      has_prompt_ids_ = true;
+    }
+  }
+  if (event->kind == EventKind::kToken) {
+    if (event->has_token_ids && event->token_ids.size() == static_cast<size_t>(event->tokens)) {
+      generated_.insert(generated_.end(), event->token_ids.begin(), event->token_ids.end());
+    } else {
+      ids_ok_ = false;
+    }
+  }
+  const bool rewrite = continuing_ || (event->token_fields && !client_wants_ids_);
+  if (!rewrite || !Rewrite(data, event)) return data;
+  return out_;
+}
+
+void StreamLedger::NoteIdentity(std::string_view data) {
+  if (engines::CheckJson(data) != engines::JsonVerdict::kWithin) return;
+  const json chunk = engines::ParseCheckedJson(data);
+  if (!chunk.is_object()) return;
+  identity_seen_ = true;
+  identity_ = json::object();
+  for (const char* key : {"id", "created", "model", "system_fingerprint"}) {
+    if (auto it = chunk.find(key); it != chunk.end()) identity_[key] = *it;
+  }
+}
+
+bool StreamLedger::Rewrite(std::string_view data, engines::StreamEvent* event) {
+  try {
+    if (engines::CheckJson(data) != engines::JsonVerdict::kWithin) return false;
+    json chunk = engines::ParseCheckedJson(data);
+    if (!chunk.is_object()) return false;
+    // A continuation leg's prompt ids are the continuation prompt's: never
+    // the client's.
+    const bool drop_ids = !client_wants_ids_;
+    if (drop_ids || continuing_) chunk.erase("prompt_token_ids");
+    json* choices = nullptr;
+    if (auto it = chunk.find("choices"); it != chunk.end() && it->is_array()) choices = &*it;
+    if (choices != nullptr) {
+      for (json& choice : *choices) {
+        if (!choice.is_object()) continue;
+        if (drop_ids || continuing_) choice.erase("prompt_token_ids");
+        if (drop_ids) choice.erase("token_ids");
+      }
+    }
+    if (continuing_) {
+      for (auto it = identity_.begin(); it != identity_.end(); ++it) chunk[it.key()] = *it;
+      if (api_ == Api::kChatCompletions) {
+        chunk["object"] = "chat.completion.chunk";
+        if (choices != nullptr) {
+          for (json& choice : *choices) {
+            if (!choice.is_object()) continue;
+            json delta = json::object();
+            if (auto text = choice.find("text"); text != choice.end()) {
+              delta["content"] = *text;
+              choice.erase(text);
+            }
+            choice["delta"] = std::move(delta);
+          }
+        }
+      }
+      if (auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {
+        const auto prompt = static_cast<long long>(prompt_ids_.size());
+        long long completion = static_cast<long long>(base_);
+        if (auto c = usage->find("completion_tokens");
+            c != usage->end() && c->is_number_integer()) {
+          completion += c->get<long long>();
+        }
+        (*usage)["prompt_tokens"] = prompt;
+        (*usage)["completion_tokens"] = completion;
+        (*usage)["total_tokens"] = prompt + completion;
+        event->prompt_tokens = prompt;
+        event->completion_tokens = completion;
+        if (auto d = usage->find("prompt_tokens_details"); d != usage->end() && d->is_object()) {
+          if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_integer()) {
+            const long long cached = std::min(c->get<long long>(), prompt);
+            *c = cached;
+            event->cached_tokens = cached;
+          }
+        }
+      }
+    }
+    out_ = chunk.dump(-1, ' ', false, json::error_handler_t::replace);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace narwhal::router
