@@ -138,6 +138,11 @@ const std::vector<KeyRow>& KeyRows() {
       {"kv_events.tokenizer", &SameKey<&S::kv_events, &KvEventsSettings::tokenizer>},
       {"kv_events.tokenize_timeout_s",
        &SameKey<&S::kv_events, &KvEventsSettings::tokenize_timeout_s>},
+      {"continuation.enabled", &SameKey<&S::continuation, &ContinuationSettings::enabled>},
+      {"continuation.max_per_request",
+       &SameKey<&S::continuation, &ContinuationSettings::max_per_request>},
+      {"continuation.budget", &SameKey<&S::continuation, &ContinuationSettings::budget>},
+      {"continuation.replenish", &SameKey<&S::continuation, &ContinuationSettings::replenish>},
   };
   return rows;
 }

@@ -229,6 +229,11 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   kv_events->set_max_blocks_per_engine(s.kv_events.max_blocks_per_engine);
   kv_events->set_tokenizer(s.kv_events.tokenizer);
   kv_events->set_tokenize_timeout_s(s.kv_events.tokenize_timeout_s);
+  pb::Continuation* continuation = c.mutable_continuation();
+  continuation->set_enabled(s.continuation.enabled);
+  continuation->set_max_per_request(s.continuation.max_per_request);
+  continuation->set_budget(s.continuation.budget);
+  continuation->set_replenish(s.continuation.replenish);
   return c;
 }
 

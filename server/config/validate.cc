@@ -435,6 +435,14 @@ void ValidateMembership(const Fields& f, router::MembershipSettings* out) {
   f.Number(M::kConfigPollSFieldNumber, &out->config_poll_s);
 }
 
+void ValidateContinuation(const Fields& f, router::ContinuationSettings* out) {
+  using C = pb::Continuation;
+  f.Bool(C::kEnabledFieldNumber, &out->enabled);
+  f.Int(C::kMaxPerRequestFieldNumber, &out->max_per_request);
+  f.Number(C::kBudgetFieldNumber, &out->budget);
+  f.Number(C::kReplenishFieldNumber, &out->replenish);
+}
+
 // A handoff older than the producer's lease has lost its blocks, so the
 // router's age limit is below the lease: an explicit one must be, and 0
 // (the default) becomes 80% of the lease, capped by the request deadline.
@@ -507,6 +515,10 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   }
   if (config.has_kv_events()) {
     ValidateKvEvents(section(F::kKvEventsFieldNumber, config.kv_events()), &s.kv_events);
+  }
+  if (config.has_continuation()) {
+    ValidateContinuation(section(F::kContinuationFieldNumber, config.continuation()),
+                         &s.continuation);
   }
   if (request_ok && lease_ok) {
     const std::optional<Fields> serving =

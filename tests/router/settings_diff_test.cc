@@ -150,11 +150,12 @@ TEST(SettingsDiffTest, RestartTableMatchesKeysAndSections) {
         "serving.keepalive_timeout_s"}) {
     EXPECT_TRUE(NeedsRestart(key)) << key;
   }
-  for (const char* key : {"serving.max_inflight", "serving.max_attempts", "engine.api_key_env",
-                          "serving.request_timeout_s", "serving.graceful_timeout_s",
-                          "limits.max_tokens", "engine.first_token_timeout_s",
-                          "engine_contract.model", "models", "listener.http", "tlsx.a",
-                          "membership.config_poll_s", "discovery.dns_servers"}) {
+  for (const char* key :
+       {"serving.max_inflight", "serving.max_attempts", "engine.api_key_env",
+        "serving.request_timeout_s", "serving.graceful_timeout_s", "limits.max_tokens",
+        "engine.first_token_timeout_s", "engine_contract.model", "models", "listener.http",
+        "tlsx.a", "membership.config_poll_s", "discovery.dns_servers", "continuation.enabled",
+        "continuation.max_per_request", "continuation.budget", "continuation.replenish"}) {
     EXPECT_FALSE(NeedsRestart(key)) << key;
   }
 }
@@ -228,6 +229,10 @@ TEST(SettingsDiffTest, EveryKeyIsCompared) {
       {"membership.drain_timeout_s", [](Settings* s) { s->membership.drain_timeout_s = 1; }},
       {"membership.remember_s", [](Settings* s) { s->membership.remember_s = 1; }},
       {"membership.config_poll_s", [](Settings* s) { s->membership.config_poll_s = 0; }},
+      {"continuation.enabled", [](Settings* s) { s->continuation.enabled = true; }},
+      {"continuation.max_per_request", [](Settings* s) { s->continuation.max_per_request = 3; }},
+      {"continuation.budget", [](Settings* s) { s->continuation.budget = 1; }},
+      {"continuation.replenish", [](Settings* s) { s->continuation.replenish = 0.5; }},
   };
   for (const auto& [key, edit] : edits) {
     Settings candidate = base;

@@ -145,6 +145,7 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.membership.drain_timeout_s, b.membership.drain_timeout_s);
   EXPECT_EQ(a.membership.remember_s, b.membership.remember_s);
   EXPECT_EQ(a.membership.config_poll_s, b.membership.config_poll_s);
+  EXPECT_EQ(a.continuation, b.continuation);
 }
 
 // Removes annotation keys ("_...") at every level.
@@ -214,6 +215,10 @@ TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
   EXPECT_EQ(s.recovery.liveness_interval_s, 10.0);
   EXPECT_EQ(s.recovery.liveness_misses, 2);
   EXPECT_EQ(s.recovery.engine_restart_policy, RestartPolicy::kIndividual);
+  EXPECT_FALSE(s.continuation.enabled);
+  EXPECT_EQ(s.continuation.max_per_request, 1);
+  EXPECT_EQ(s.continuation.budget, 10.0);
+  EXPECT_EQ(s.continuation.replenish, 0.1);
 }
 
 TEST(ConfigDefaults, EngineContractDefaults) {
@@ -285,6 +290,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.engines.push_back(group);
   s.discovery = {{"10.96.0.10:53", "[fd00::a]:5353"}, 7.5, 1.5};
   s.membership = {false, 12, 0, 0};
+  s.continuation = {true, 16, 2.5, 0.25};
   ExpectSettingsEq(s, MustLoad(SettingsToJson(s)));
 }
 
@@ -300,6 +306,8 @@ TEST(ConfigJson, SettingsToJsonListsEveryKey) {
       "dns_timeout_s": 2})"));
   EXPECT_EQ(out["membership"], json::parse(R"({"join_checks": true, "drain_timeout_s": 30,
       "remember_s": 600, "config_poll_s": 2})"));
+  EXPECT_EQ(out["continuation"], json::parse(R"({"enabled": false, "max_per_request": 1,
+      "budget": 10, "replenish": 0.1})"));
   EXPECT_EQ(out["engines"][0]["role"], "prefill");
   EXPECT_EQ(out["recovery"]["engine_restart_policy"], "individual");
 }
@@ -445,6 +453,8 @@ TEST(ConfigUnknownKeys, RejectedInEverySection) {
                   "recovery.readmit_every: unknown key");
   EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"image", "x"}})),
                   "engine_contract.image: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("continuation", "max_per_requests", 2)),
+                  "continuation.max_per_requests: unknown key");
   json config = MinimalConfig();
   config["engines"][1]["pin"] = false;
   EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].pin: unknown key");
@@ -454,7 +464,7 @@ TEST(ConfigUnknownKeys, AnnotationsIgnoredAtEveryLevel) {
   json config = MinimalConfig();
   config["_comment"] = "top";
   config["engines"][0]["_note"] = {{"anything", true}};
-  for (const char* section : {"listen", "serving", "admin", "engine", "recovery"}) {
+  for (const char* section : {"listen", "serving", "admin", "engine", "recovery", "continuation"}) {
     config[section]["_why"] = 1;
   }
   config["engine_contract"] = {{"vllm_version", "v"}, {"_source", "ops"}};
@@ -662,6 +672,57 @@ TEST(ConfigKvEvents, B27_TheTokenizerIsAnEngineOrAnHttpBaseUrl) {
   config["placement"]["disaggregate"] = "sometimes";
   EXPECT_CONTAINS(LoadErrorOf(config),
                   "placement.disaggregate must be one of \"always\", \"auto\"");
+}
+
+TEST(ConfigContinuation, B29_OffByDefaultAndEveryKeyRead) {
+  json config = MinimalConfig();
+  Settings s = MustLoad(config);
+  EXPECT_FALSE(s.continuation.enabled);
+  EXPECT_EQ(s.continuation, router::ContinuationSettings{});
+  // A section with some keys: the others keep their defaults.
+  config["continuation"] = {{"enabled", true}};
+  s = MustLoad(config);
+  EXPECT_TRUE(s.continuation.enabled);
+  EXPECT_EQ(s.continuation.max_per_request, 1);
+  EXPECT_EQ(s.continuation.budget, 10.0);
+  EXPECT_EQ(s.continuation.replenish, 0.1);
+  config["continuation"] = {
+      {"enabled", true}, {"max_per_request", 4}, {"budget", 2.5}, {"replenish", 0.25}};
+  s = MustLoad(config);
+  EXPECT_TRUE(s.continuation.enabled);
+  EXPECT_EQ(s.continuation.max_per_request, 4);
+  EXPECT_EQ(s.continuation.budget, 2.5);
+  EXPECT_EQ(s.continuation.replenish, 0.25);
+  // The bounds of each key, inclusive.
+  config["continuation"] = {{"max_per_request", 0}, {"budget", 0}, {"replenish", 0}};
+  s = MustLoad(config);
+  EXPECT_EQ(s.continuation.max_per_request, 0);
+  EXPECT_EQ(s.continuation.budget, 0.0);
+  EXPECT_EQ(s.continuation.replenish, 0.0);
+  config["continuation"] = {{"max_per_request", 16}, {"budget", 1e9}, {"replenish", 1}};
+  s = MustLoad(config);
+  EXPECT_EQ(s.continuation.max_per_request, 16);
+  EXPECT_EQ(s.continuation.budget, 1e9);
+  EXPECT_EQ(s.continuation.replenish, 1.0);
+  // Types.
+  EXPECT_CONTAINS(LoadErrorOf(With("continuation", "enabled", "true")),
+                  "continuation.enabled must be true or false (got string \"true\")");
+  EXPECT_CONTAINS(LoadErrorOf(With("continuation", "enabled", 1)),
+                  "continuation.enabled must be true or false (got integer 1)");
+  EXPECT_CONTAINS(LoadErrorOf(With("continuation", "max_per_request", 1.5)),
+                  "continuation.max_per_request must be an integer (got number 1.5)");
+  EXPECT_CONTAINS(LoadErrorOf(With("continuation", "budget", "10")),
+                  "continuation.budget must be a number (got string)");
+  EXPECT_CONTAINS(LoadErrorOf(With("continuation", "replenish", nullptr)),
+                  "continuation.replenish must be a number (got null)");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "continuation", true)),
+                  "continuation must be an object (got boolean)");
+  // Every violation is listed.
+  config["continuation"] = {{"max_per_request", 17}, {"budget", -1}, {"replenish", 2}};
+  const std::string error = LoadErrorOf(config);
+  EXPECT_CONTAINS(error, "continuation.max_per_request must be between 0 and 16 (got 17)");
+  EXPECT_CONTAINS(error, "continuation.budget must be >= 0 (got -1)");
+  EXPECT_CONTAINS(error, "continuation.replenish must be <= 1 (got 2)");
 }
 
 TEST(ConfigEngineUrl, HttpsNotSupported) {
@@ -873,6 +934,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "[A-Za-z_][A-Za-z0-9_]* (got \"1KEY\")"},
         RangeCase{"AdminTokenEnvIsEnvName", "admin", "token_env", "ADMIN-TOKEN",
                   "must be empty or an environment variable name"},
+        RangeCase{"ContinuationMaxPerRequestNonNegative", "continuation", "max_per_request", -1,
+                  "must be between 0 and 16 (got -1)"},
+        RangeCase{"ContinuationMaxPerRequestAtMost16", "continuation", "max_per_request", 17,
+                  "must be between 0 and 16 (got 17)"},
+        RangeCase{"ContinuationBudgetNonNegative", "continuation", "budget", -1,
+                  "must be >= 0 (got -1)"},
+        RangeCase{"ContinuationBudgetBounded", "continuation", "budget", 1e10,
+                  "must be <= 1000000000"},
+        RangeCase{"ContinuationReplenishNonNegative", "continuation", "replenish", -0.1,
+                  "must be >= 0 (got -0.1)"},
+        RangeCase{"ContinuationReplenishAtMost1", "continuation", "replenish", 1.5,
+                  "must be <= 1 (got 1.5)"},
         RangeCase{"EngineApiKeyEnvIsEnvName", "engine", "api_key_env", "$KEY",
                   "must be empty or an environment variable name"}),
     [](const ::testing::TestParamInfo<RangeCase>& info) { return info.param.name; });
@@ -1324,6 +1397,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
                                                             &proto.discovery(),
                                                             &proto.membership(),
                                                             &proto.kv_events(),
+                                                            &proto.continuation(),
                                                             &proto.engine_contract()};
   for (const google::protobuf::Message* m : messages) {
     const google::protobuf::Descriptor* d = m->GetDescriptor();

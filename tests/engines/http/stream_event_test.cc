@@ -35,6 +35,53 @@ TEST(StreamEventTest, CompletionsTextIsAToken) {
   EXPECT_EQ(e.prompt_tokens, -1);
 }
 
+// vLLM's return_token_ids fields (B29): choice 0's generated ids and the
+// prompt's, wherever the endpoint puts them.
+TEST(StreamEventTest, TokenIdsAreReadFromBothEndpointsShapes) {
+  StreamEvent e = Classify(
+      R"({"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,)"
+      R"("text":" a b","token_ids":[7,4294967295],"prompt_token_ids":[1,2,3]}]})");
+  EXPECT_EQ(e.kind, EventKind::kToken);
+  EXPECT_EQ(e.tokens, 2);
+  EXPECT_TRUE(e.has_token_ids);
+  EXPECT_EQ(e.token_ids, std::vector<uint32_t>({7, 4294967295u}));
+  EXPECT_TRUE(e.has_prompt_token_ids);
+  EXPECT_EQ(e.prompt_token_ids, std::vector<uint32_t>({1, 2, 3}));
+  EXPECT_TRUE(e.token_fields);
+
+  e = Classify(R"({"id":"c","object":"chat.completion.chunk","prompt_token_ids":[9,8],)"
+               R"("choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})");
+  EXPECT_EQ(e.kind, EventKind::kMetadata);
+  EXPECT_EQ(e.prompt_token_ids, std::vector<uint32_t>({9, 8}));
+  EXPECT_FALSE(e.has_token_ids);
+
+  // Ids of other choices are counted, never taken as choice 0's.
+  e = Classify(R"({"choices":[{"index":0,"text":"x","token_ids":[5]},)"
+               R"({"index":1,"text":"y","token_ids":[6,6]}]})");
+  EXPECT_EQ(e.tokens, 3);
+  EXPECT_EQ(e.token_ids, std::vector<uint32_t>({5}));
+}
+
+TEST(StreamEventTest, TokenIdsThatAreNotIdsAreNotTaken) {
+  for (const char* ids : {"[1,-1]", "[1,4294967296]", "[1.5]", "[\"7\"]", "[[1]]", "{}", "7"}) {
+    const std::string data =
+        std::string(R"({"choices":[{"index":0,"text":"x","token_ids":)") + ids + "}]}";
+    const StreamEvent e = Classify(data);
+    EXPECT_NE(e.kind, EventKind::kMalformed) << data;
+    EXPECT_FALSE(e.has_token_ids) << data;
+    EXPECT_TRUE(e.token_ids.empty()) << data;
+    EXPECT_TRUE(e.token_fields) << data;
+  }
+  // Reused: the previous event's ids never leak into the next.
+  StreamClassifier c;
+  StreamEvent e;
+  c.Classify(R"({"choices":[{"index":0,"text":"x","token_ids":[5]}]})", &e);
+  c.Classify(R"({"choices":[{"index":0,"text":"y"}]})", &e);
+  EXPECT_FALSE(e.has_token_ids);
+  EXPECT_TRUE(e.token_ids.empty());
+  EXPECT_FALSE(e.token_fields);
+}
+
 TEST(StreamEventTest, ChatContentIsAToken) {
   const StreamEvent e = Classify(
       R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",)"
