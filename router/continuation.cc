@@ -41,7 +41,103 @@ std::optional<long long> Integer(const json& body, const char* key) {
   return v->get<long long>();
 }
 
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The end of the JSON string whose opening quote is at `p`, or npos.
+size_t StringEnd(std::string_view s, size_t p) {
+  for (size_t i = p + 1; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == '"') {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// The end of the JSON value that starts at `p` (no leading space), or npos.
+size_t ValueEnd(std::string_view s, size_t p) {
+  if (p >= s.size()) return std::string_view::npos;
+  if (s[p] == '"') return StringEnd(s, p);
+  if (s[p] == '[' || s[p] == '{') {
+    int depth = 0;
+    for (size_t i = p; i < s.size(); ++i) {
+      const char c = s[i];
+      if (c == '"') {
+        const size_t end = StringEnd(s, i);
+        if (end == std::string_view::npos) return end;
+        i = end - 1;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        if (--depth == 0) return i + 1;
+      }
+    }
+    return std::string_view::npos;
+  }
+  size_t i = p;
+  while (i < s.size() && s[i] != ',' && s[i] != '}' && s[i] != ']' && !IsSpace(s[i])) ++i;
+  return i == p ? std::string_view::npos : i;
+}
+
 }  // namespace
+
+bool StripTokenFields(std::string_view data, std::string* out) {
+  out->clear();
+  size_t copied = 0;  // data[0, copied) is decided
+  size_t at = 0;
+  while (true) {
+    // The next key among the two (a raw quote always delimits a string, so
+    // a match followed by ':' is a member's key).
+    size_t q = std::string_view::npos;
+    size_t key_len = 0;
+    for (std::string_view key :
+         {std::string_view("\"token_ids\""), std::string_view("\"prompt_token_ids\"")}) {
+      const size_t f = data.find(key, at);
+      if (f < q) {
+        q = f;
+        key_len = key.size();
+      }
+    }
+    if (q == std::string_view::npos) break;
+    size_t colon = q + key_len;
+    while (colon < data.size() && IsSpace(data[colon])) ++colon;
+    if (colon >= data.size() || data[colon] != ':') {
+      at = q + key_len;  // a string value, not a key
+      continue;
+    }
+    size_t value = colon + 1;
+    while (value < data.size() && IsSpace(data[value])) ++value;
+    const size_t value_end = ValueEnd(data, value);
+    if (value_end == std::string_view::npos) return false;
+    size_t before = q;  // the member's start, after the separator before it
+    while (before > 0 && IsSpace(data[before - 1])) --before;
+    if (before == 0 || before <= copied) return false;
+    size_t after = value_end;
+    while (after < data.size() && IsSpace(data[after])) ++after;
+    if (after >= data.size()) return false;
+    size_t cut_from = 0;
+    size_t cut_to = 0;
+    if (data[after] == ',') {  // "key": v,  -> drop through the comma
+      cut_from = q;
+      cut_to = after + 1;
+    } else if (data[before - 1] == ',') {  // , "key": v}  -> drop from the comma
+      cut_from = before - 1;
+      cut_to = value_end;
+    } else if (data[before - 1] == '{') {  // {"key": v}
+      cut_from = q;
+      cut_to = value_end;
+    } else {
+      return false;
+    }
+    if (cut_from < copied) return false;
+    out->append(data.substr(copied, cut_from - copied));
+    copied = cut_to;
+    at = cut_to;
+  }
+  out->append(data.substr(copied));
+  return true;
+}
 
 std::string_view ContinuationOutcomeName(ContinuationOutcome o) {
   switch (o) {
@@ -195,9 +291,12 @@ std::string_view StreamLedger::Pass(std::string_view data, engines::StreamEvent*
       ids_ok_ = false;
     }
   }
-  const bool rewrite = continuing_ || (event->token_fields && !client_wants_ids_);
-  if (!rewrite || !Rewrite(data, event)) return data;
-  return out_;
+  if (continuing_) return Rewrite(data, event) ? std::string_view(out_) : data;
+  if (!event->token_fields || client_wants_ids_) return data;
+  // The first leg: the engine's bytes, without the ids the client did not
+  // ask for.
+  if (StripTokenFields(data, &out_) || Rewrite(data, event)) return out_;
+  return data;
 }
 
 void StreamLedger::NoteIdentity(std::string_view data) {

@@ -70,6 +70,12 @@ nlohmann::json ContinuationBody(engines::Api api, const nlohmann::json& body,
                                 const std::vector<uint32_t>& ids, long long sent,
                                 long long max_tokens);
 
+// `data` (a valid JSON object) without its `token_ids` and
+// `prompt_token_ids` members, at any depth, into *out: a byte-level edit
+// that leaves every other byte as the engine sent it. False (and *out
+// unspecified) when the payload does not have the expected shape.
+bool StripTokenFields(std::string_view data, std::string* out);
+
 class StreamLedger {
  public:
   StreamLedger(engines::Api api, bool client_wants_ids)

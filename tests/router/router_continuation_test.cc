@@ -5,6 +5,8 @@
 // its reason. FakeEngineClient with token-id chunks; fake clock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -413,6 +415,59 @@ TEST_F(RouterContinuationTest, AContinuationWhosePrefillFailsEndsFailedWithBothF
   EXPECT_EQ(Metric("narwhal_continuations_total", {{"outcome", "failed"}}), 1);
   WaitIdle();
   ExpectNoReservations();
+}
+
+// The first leg's rewrite is a byte-level edit: every other byte stays.
+TEST(StripTokenFieldsTest, RemovesTheMembersAndKeepsEveryOtherByte) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"choices":[{"index":0,"text":" a","token_ids":[5]}]})",
+       R"({"choices":[{"index":0,"text":" a"}]})"},
+      {R"({"choices":[{"token_ids": [5, 6] ,"text":"x"}]})", R"({"choices":[{"text":"x"}]})"},
+      {R"({"prompt_token_ids":[1,2],"id":"c","choices":[{"delta":{},"token_ids":null}]})",
+       R"({"id":"c","choices":[{"delta":{}}]})"},
+      {R"({"token_ids":[1]})", R"({})"},
+      // A string that reads like a key is text, not a member.
+      {R"({"text":"\"token_ids\":[1]","token_ids":[2]})", R"({"text":"\"token_ids\":[1]"})"},
+      {R"({"text":"token_ids","n":1})", R"({"text":"token_ids","n":1})"},
+  };
+  for (const auto& [in, want] : cases) {
+    std::string out;
+    ASSERT_TRUE(StripTokenFields(in, &out)) << in;
+    EXPECT_EQ(out, want) << in;
+  }
+}
+
+TEST(StripTokenFieldsTest, AgreesWithAJsonRewriteOnEveryShape) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    json choice = json::object();
+    std::vector<std::string> keys = {"index",         "text",      "logprobs",
+                                     "finish_reason", "token_ids", "prompt_token_ids",
+                                     "stop_reason"};
+    std::shuffle(keys.begin(), keys.end(), rng);
+    const size_t n = 1 + rng() % keys.size();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& k = keys[i];
+      if (k == "token_ids" || k == "prompt_token_ids") {
+        choice[k] = rng() % 3 == 0 ? json(nullptr) : json::array({rng() % 1000, rng() % 7});
+      } else if (k == "text") {
+        choice[k] = rng() % 2 ? " \"token_ids\": [1]," : " w";
+      } else {
+        choice[k] = static_cast<int>(rng() % 5);
+      }
+    }
+    json chunk = {{"id", "x"}, {"choices", json::array({choice})}};
+    if (rng() % 2) chunk["prompt_token_ids"] = json::array({1, 2, 3});
+    const std::string in = chunk.dump(rng() % 2 ? 1 : -1);
+    json want = chunk;
+    want.erase("prompt_token_ids");
+    want["choices"][0].erase("token_ids");
+    want["choices"][0].erase("prompt_token_ids");
+    std::string out;
+    if (!StripTokenFields(in, &out)) continue;  // the caller falls back to a JSON rewrite
+    ASSERT_TRUE(json::accept(out)) << in << " -> " << out;
+    EXPECT_EQ(json::parse(out), want) << in << " -> " << out;
+  }
 }
 
 }  // namespace
