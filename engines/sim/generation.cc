@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engines/sim/kv_pull.h"
+#include "engines/sim/sim_tokenizer.h"
 #include "engines/sim/text_gen.h"
 
 namespace narwhal::sim {
@@ -25,7 +26,8 @@ Generation::Generation(EngineState& state, InferenceRequest request, std::string
       request_(std::move(request)),
       fault_(std::move(fault)),
       seq_(seq),
-      waiter_(waiter) {
+      waiter_(waiter),
+      generated_ids_(GenerateIds(request_.prompt_ids, request_.max_tokens)) {
   ctx_.api = request_.api;
   ctx_.id = absl::StrCat(request_.api == Api::kChat ? "chatcmpl-" : "cmpl-", request_id);
   ctx_.created = absl::ToUnixSeconds(absl::Now());
@@ -92,7 +94,7 @@ Generation::Prelude Generation::RunPrelude() {
       cached_tokens_ = std::max(0, request_.prompt_tokens - 1);
       // The pulled blocks are cached here now, as vLLM's consumer caches
       // them (and publishes them) once the pull completes.
-      state_.prefix_cache.StoreBlocks(request_.prompt);
+      state_.prefix_cache.StoreBlocks(request_.prompt_ids);
       return Prelude::kReady;
     }
     state_.failed_transfers.fetch_add(1);
@@ -108,7 +110,7 @@ Generation::Prelude Generation::RunPrelude() {
                                     "); computing the prompt locally"));
   }
   // Only what the prefix cache does not hold is computed.
-  cached_tokens_ = state_.prefix_cache.LookupAndStore(request_.prompt, request_.prompt_tokens);
+  cached_tokens_ = state_.prefix_cache.LookupAndStore(request_.prompt_ids, request_.prompt_tokens);
   const double prefill_ms =
       state_.options.prefill_ms_per_1k_tokens * (request_.prompt_tokens - cached_tokens_) / 1000.0;
   const WaitEnd how = waiter_.Sleep(state_.prefill_lanes.Book(absl::Now(), Millis(prefill_ms)));
@@ -225,9 +227,14 @@ bool Generation::Respond(httplib::Response& res) {
   if (request_.kv.kind == KvParams::Kind::kProducer && !Is(FaultKind::kNoDescriptor)) {
     kv_transfer_params = Descriptor();
   }
-  const OrderedJson body =
-      FullBody(ctx_, GenerateText(request_.prompt, count), count == 0 ? "stop" : "length",
-               MakeUsage(count), kv_transfer_params);
+  const std::vector<uint32_t> generated = Generated(count);
+  TokenIds ids;
+  if (request_.return_token_ids) {
+    ids.prompt = request_.prompt_ids;
+    ids.generated = generated;
+  }
+  const OrderedJson body = FullBody(ctx_, TokensText(generated), count == 0 ? "stop" : "length",
+                                    MakeUsage(count), kv_transfer_params, ids);
   res.status = 200;
   res.set_content(Dump(body), "application/json");
   SetStatus(200);
@@ -242,7 +249,34 @@ void Generation::CacheGenerated(int count) {
   // conversation's next turn finds the reply cached where it was decoded. A
   // producer's one-token prefill fills no block of its own.
   if (request_.kv.kind == KvParams::Kind::kProducer || count <= 0) return;
-  state_.prefix_cache.StoreBlocks(request_.prompt + GenerateText(request_.prompt, count));
+  const std::vector<uint32_t> generated = Generated(count);
+  // A text prompt's next turn sends the reply back as text: the ids cached
+  // are those of the prompt and reply texts. A token-id prompt is continued
+  // with the generated ids themselves.
+  if (!request_.token_id_prompt) {
+    state_.prefix_cache.StoreBlocks(SimTokenize(request_.prompt + TokensText(generated)));
+    return;
+  }
+  std::vector<uint32_t> ids = request_.prompt_ids;
+  ids.insert(ids.end(), generated.begin(), generated.end());
+  state_.prefix_cache.StoreBlocks(ids);
+}
+
+std::vector<uint32_t> Generation::Generated(int count) const {
+  const size_t n = std::min(static_cast<size_t>(std::max(count, 0)), generated_ids_.size());
+  return std::vector<uint32_t>(generated_ids_.begin(),
+                               generated_ids_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+TokenIds Generation::ChunkIds(std::optional<uint32_t> generated) {
+  TokenIds ids;
+  if (!request_.return_token_ids) return ids;
+  if (!prompt_ids_sent_) {
+    ids.prompt = request_.prompt_ids;
+    prompt_ids_sent_ = true;
+  }
+  if (generated.has_value()) ids.generated = std::vector<uint32_t>{*generated};
+  return ids;
 }
 
 bool Generation::Stream(httplib::DataSink& sink) {
@@ -276,12 +310,12 @@ bool Generation::Stream(httplib::DataSink& sink) {
           return false;
         }
       }
-      if (!Write(sink, SseEvent(MetadataChunk(ctx_)))) return false;
+      if (!Write(sink, SseEvent(MetadataChunk(ctx_, ChunkIds(std::nullopt))))) return false;
     }
     return Silence();
   }
   if (Is(FaultKind::kDoneBeforeToken)) {
-    if (chat && !Write(sink, SseEvent(RoleChunk(ctx_)))) return false;
+    if (chat && !Write(sink, SseEvent(RoleChunk(ctx_, ChunkIds(std::nullopt))))) return false;
     if (!Write(sink, DoneEvent())) return false;
     End(RequestEnd::kFault);
     return true;
@@ -294,7 +328,7 @@ bool Generation::Stream(httplib::DataSink& sink) {
     to_send = std::min(fault_->count, limit);
   }
   if (chat && (to_send > 0 || !Is(FaultKind::kErrorInStream))) {
-    if (!Write(sink, SseEvent(RoleChunk(ctx_)))) return false;
+    if (!Write(sink, SseEvent(RoleChunk(ctx_, ChunkIds(std::nullopt))))) return false;
   }
   // Tokens follow a fixed schedule, so wait overshoots do not accumulate.
   absl::Time next_token = absl::Now();
@@ -312,8 +346,9 @@ bool Generation::Stream(httplib::DataSink& sink) {
     std::optional<Usage> usage;
     if (request_.continuous_usage) usage = MakeUsage(i + 1);
     const bool invalid = Is(FaultKind::kInvalidText) && i == fault_->count;
-    std::string event = SseEvent(TokenChunk(
-        ctx_, GenerateToken(request_.prompt, i) + (invalid ? kInvalidMark : ""), finish, usage));
+    const uint32_t id = generated_ids_[static_cast<size_t>(i)];
+    std::string event = SseEvent(TokenChunk(ctx_, TokenText(id) + (invalid ? kInvalidMark : ""),
+                                            finish, usage, ChunkIds(id)));
     if (invalid) MakeTextInvalid(&event);
     if (!Write(sink, event)) return false;
     CountToken();

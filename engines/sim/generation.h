@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engines/sim/engine_state.h"
 #include "engines/sim/fault_rules.h"
@@ -78,6 +79,11 @@ class Generation {
   // A completed generation's full blocks (prompt and `count` generated
   // tokens) go to the prefix cache, as vLLM's do.
   void CacheGenerated(int count);
+  // The first `count` generated ids.
+  std::vector<uint32_t> Generated(int count) const;
+  // return_token_ids: what the next stream chunk carries — the prompt's ids
+  // on the first chunk, `generated` (a token chunk's delta) when given.
+  TokenIds ChunkIds(std::optional<uint32_t> generated);
   void EndAfterWait(WaitEnd how);
   void SetStatus(int status);
   void CountToken();
@@ -93,6 +99,10 @@ class Generation {
   const uint64_t seq_;
   const Waiter waiter_;
   ResponseContext ctx_;
+  // The ids this request generates, max_tokens of them
+  // (engines/sim/text_gen.h).
+  const std::vector<uint32_t> generated_ids_;
+  bool prompt_ids_sent_ = false;
   int tokens_sent_ = 0;
   // Prompt tokens not computed here: the prefix cache's hit (local prefill)
   // or the pulled ones but the last (a consumer that pulled its handoff).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engines/json_limits.h"
+#include "engines/sim/sim_tokenizer.h"
 #include "engines/sim/text_gen.h"
 
 namespace narwhal::sim {
@@ -33,10 +34,14 @@ bool IsNonEmptyString(const nlohmann::json& value) {
   return value.is_string() && !value.get_ref<const std::string&>().empty();
 }
 
+// A non-empty list of integers 0..2^32-1.
 bool IsTokenIdList(const nlohmann::json& value) {
   if (!value.is_array() || value.empty()) return false;
   for (const nlohmann::json& id : value) {
     if (!id.is_number_integer()) return false;
+    if (id.is_number_unsigned() ? id.get<uint64_t>() > UINT32_MAX : id.get<int64_t>() < 0) {
+      return false;
+    }
   }
   return true;
 }
@@ -63,6 +68,7 @@ std::optional<ApiError> CompletionPrompt(const nlohmann::json& body, InferenceRe
   const nlohmann::json& prompt = body["prompt"];
   if (prompt.is_string()) {
     request->prompt = prompt.get<std::string>();
+    request->prompt_ids = SimTokenize(request->prompt);
     request->prompt_tokens = EstimateTokens(request->prompt);
     return std::nullopt;
   }
@@ -73,6 +79,7 @@ std::optional<ApiError> CompletionPrompt(const nlohmann::json& body, InferenceRe
   }
   if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
     request->prompt = prompt[0].get<std::string>();
+    request->prompt_ids = SimTokenize(request->prompt);
     request->prompt_tokens = EstimateTokens(request->prompt);
     return std::nullopt;
   }
@@ -87,8 +94,13 @@ std::optional<ApiError> CompletionPrompt(const nlohmann::json& body, InferenceRe
         "token ids or a list of token-id lists");
   }
   std::vector<std::string> parts;
-  for (const nlohmann::json& id : *ids) parts.push_back(id.dump());
+  request->prompt_ids.reserve(ids->size());
+  for (const nlohmann::json& id : *ids) {
+    parts.push_back(id.dump());
+    request->prompt_ids.push_back(id.get<uint32_t>());
+  }
   request->prompt = absl::StrJoin(parts, " ");
+  request->token_id_prompt = true;
   request->prompt_tokens = static_cast<int>(ids->size());
   return std::nullopt;
 }
@@ -123,6 +135,7 @@ std::optional<ApiError> ChatPrompt(const nlohmann::json& body, InferenceRequest*
     }
   }
   request->prompt = std::move(text);
+  request->prompt_ids = SimTokenize(request->prompt);
   request->prompt_tokens = EstimateTokens(request->prompt);
   return std::nullopt;
 }
@@ -231,6 +244,13 @@ ParsedRequest ParseInferenceRequest(Api api, absl::string_view content_type, abs
       return parsed;
     }
     request.stream = json["stream"].get<bool>();
+  }
+  if (json.contains("return_token_ids") && !json["return_token_ids"].is_null()) {
+    if (!json["return_token_ids"].is_boolean()) {
+      parsed.error = Invalid("return_token_ids: Input should be a valid boolean");
+      return parsed;
+    }
+    request.return_token_ids = json["return_token_ids"].get<bool>();
   }
   std::optional<int64_t> max_tokens;
   std::optional<int64_t> max_completion_tokens;

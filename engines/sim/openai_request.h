@@ -3,11 +3,13 @@
 //
 // Checks, in order: Content-Type application/json; parsable JSON object;
 // `prompt` (completions: a string, a one-element list of strings, a list of
-// token ids or a one-element list of token-id lists) or `messages` (chat: a
+// token ids or a one-element list of token-id lists, each id an integer
+// 0..2^32-1) or `messages` (chat: a
 // non-empty list of objects with a string `role`; content a string, null or
 // a list of parts whose "text" fields count); field types (model string,
 // stream bool, max_tokens / max_completion_tokens / min_tokens integers or
-// null, n == 1, stream_options and kv_transfer_params objects or null);
+// null, n == 1, stream_options and kv_transfer_params objects or null,
+// return_token_ids a bool or null);
 // model (404 NotFoundError when it names another model); stream_options only
 // with stream true; max_tokens >= 1; min_tokens <= max_tokens; context
 // length (prompt tokens, and prompt plus an explicit max_tokens, within
@@ -15,8 +17,10 @@
 #ifndef NARWHAL_ENGINES_SIM_OPENAI_REQUEST_H_
 #define NARWHAL_ENGINES_SIM_OPENAI_REQUEST_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "engines/sim/fault_rules.h"
@@ -52,13 +56,22 @@ struct InferenceRequest {
   Api api = Api::kCompletions;
   nlohmann::json body;  // the parsed request
   std::string model;    // the served model (requests may omit it)
-  std::string prompt;   // the text output tokens derive from
+  // The prompt's text (token-id prompts: the ids joined by " ").
+  std::string prompt;
+  // The prompt's token ids (engines/sim/text_gen.h): SimTokenize(prompt)
+  // for text prompts, the ids as given for token-id prompts.
+  std::vector<uint32_t> prompt_ids;
+  bool token_id_prompt = false;
+  // Text prompts: EstimateTokens(prompt); token-id prompts: their count.
   int prompt_tokens = 1;
   int max_tokens = 16;  // chat: max_completion_tokens wins
   bool stream = false;
   bool include_usage = false;  // stream_options present and include_usage
                                // not false
   bool continuous_usage = false;
+  // vLLM's return_token_ids: bodies and chunks carry prompt_token_ids and
+  // token_ids.
+  bool return_token_ids = false;
   KvParams kv;
 
   Phase phase() const {

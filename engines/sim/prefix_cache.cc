@@ -8,13 +8,16 @@
 namespace narwhal::sim {
 namespace {
 
-// FNV-1a, 64 bits, continued from `seed`: the same text gives the same
-// blocks in every process (the simulator is deterministic).
-uint64_t Fnv1a(uint64_t seed, std::string_view bytes) {
+// FNV-1a, 64 bits, over the 4 little-endian bytes of each id, continued
+// from `seed`: the same ids give the same blocks in every process (the
+// simulator is deterministic).
+uint64_t Fnv1a(uint64_t seed, const uint32_t* ids, size_t count) {
   uint64_t h = seed;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
+  for (size_t i = 0; i < count; ++i) {
+    for (int shift = 0; shift < 32; shift += 8) {
+      h ^= (ids[i] >> shift) & 0xffU;
+      h *= 1099511628211ULL;
+    }
   }
   return h;
 }
@@ -23,13 +26,14 @@ constexpr uint64_t kFnvOffset = 14695981039346656037ULL;
 
 }  // namespace
 
-size_t PrefixCache::StoreLocked(std::string_view prompt) {
-  const size_t n = prompt.size() / block_chars_;
+size_t PrefixCache::StoreLocked(const std::vector<uint32_t>& ids) {
+  const size_t block = static_cast<size_t>(block_tokens_);
+  const size_t n = ids.size() / block;
   std::vector<uint64_t> chain;
   chain.reserve(n);
   uint64_t h = kFnvOffset;
   for (size_t k = 0; k < n; ++k) {
-    h = Fnv1a(h, prompt.substr(k * block_chars_, block_chars_));
+    h = Fnv1a(h, ids.data() + k * block, block);
     chain.push_back(h);
   }
   size_t matched = 0;
@@ -46,7 +50,8 @@ size_t PrefixCache::StoreLocked(std::string_view prompt) {
       sink_->Stored(std::vector<uint64_t>(chain.begin() + static_cast<std::ptrdiff_t>(start),
                                           chain.begin() + static_cast<std::ptrdiff_t>(k)),
                     start == 0 ? std::nullopt : std::optional<uint64_t>(chain[start - 1]),
-                    SimTokenize(prompt.substr(start * block_chars_, (k - start) * block_chars_)),
+                    std::vector<uint32_t>(ids.begin() + static_cast<std::ptrdiff_t>(start * block),
+                                          ids.begin() + static_cast<std::ptrdiff_t>(k * block)),
                     static_cast<uint32_t>(block_tokens_));
     }
   }
@@ -68,14 +73,13 @@ size_t PrefixCache::StoreLocked(std::string_view prompt) {
   return matched;
 }
 
-int PrefixCache::LookupAndStore(std::string_view prompt, int prompt_tokens) {
+int PrefixCache::LookupAndStore(const std::vector<uint32_t>& ids, int prompt_tokens) {
   if (!enabled() || prompt_tokens <= 0) return 0;
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t matched = StoreLocked(prompt);
-  const int64_t share = prompt.empty()
-                            ? 0
-                            : static_cast<int64_t>(matched) * static_cast<int64_t>(block_chars_) *
-                                  prompt_tokens / static_cast<int64_t>(prompt.size());
+  const size_t matched = StoreLocked(ids);
+  const int64_t share = ids.empty() ? 0
+                                    : static_cast<int64_t>(matched) * block_tokens_ *
+                                          prompt_tokens / static_cast<int64_t>(ids.size());
   const int cached = static_cast<int>(std::clamp<int64_t>(share, 0, prompt_tokens - 1));
   ++lookups_;
   if (cached > 0) ++hits_;
@@ -84,10 +88,20 @@ int PrefixCache::LookupAndStore(std::string_view prompt, int prompt_tokens) {
   return cached;
 }
 
-void PrefixCache::StoreBlocks(std::string_view prompt) {
+int PrefixCache::LookupAndStore(std::string_view prompt, int prompt_tokens) {
+  if (!enabled() || prompt_tokens <= 0) return 0;
+  return LookupAndStore(SimTokenize(prompt), prompt_tokens);
+}
+
+void PrefixCache::StoreBlocks(const std::vector<uint32_t>& ids) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  StoreLocked(prompt);
+  StoreLocked(ids);
+}
+
+void PrefixCache::StoreBlocks(std::string_view prompt) {
+  if (!enabled()) return;
+  StoreBlocks(SimTokenize(prompt));
 }
 
 nlohmann::json PrefixCache::Stats() const {

@@ -1,13 +1,14 @@
 // PrefixCache: the simulated engine's prefix cache (vLLM's automatic prefix
-// caching). A prompt's text is cut into blocks of `block_tokens` tokens (4
-// characters each, engines/sim/sim_tokenizer.h); block k is identified by a
-// deterministic chain hash of blocks 0..k, so a hit means the whole prefix
-// up to it is cached. At most `capacity_blocks` blocks are kept, least
-// recently used evicted first. Every locally computed prompt is looked up
-// and then stored; the prefill is charged only for what was not cached. A
-// consumer that pulled a prompt's KV stores its blocks too (StoreBlocks).
-// Every block stored anew and every block evicted is told to the sink (the
-// KV-event publisher), in order, as vLLM's block pool does. Thread-safe.
+// caching). A prompt's token ids (engines/sim/text_gen.h) are cut into
+// blocks of `block_tokens` ids; block k is identified by a deterministic
+// chain hash of blocks 0..k (FNV-1a over each id's 4 little-endian bytes,
+// continued from block k-1's hash), so a hit means the whole prefix up to it
+// is cached. A text is looked up by SimTokenize(text): one id per 4
+// characters, so a block is 4 x block_tokens characters. At most `capacity_blocks` blocks are kept,
+// least recently used evicted first. Every locally computed prompt is looked up and then stored;
+// the prefill is charged only for what was not cached. A consumer that pulled a prompt's KV stores
+// its blocks too (StoreBlocks). Every block stored anew and every block evicted is told to the sink
+// (the KV-event publisher), in order, as vLLM's block pool does. Thread-safe.
 #ifndef NARWHAL_ENGINES_SIM_PREFIX_CACHE_H_
 #define NARWHAL_ENGINES_SIM_PREFIX_CACHE_H_
 
@@ -50,11 +51,15 @@ class PrefixCache {
   // Set before the engine serves.
   void SetSink(BlockSink* sink) { sink_ = sink; }
 
-  // Looks up `prompt` (of `prompt_tokens` tokens), stores its blocks and
-  // returns how many of its tokens were cached: the matched share of the
-  // text, and never the last token (it is always computed).
+  // Looks up the prompt `ids` (of `prompt_tokens` tokens), stores its
+  // blocks and returns how many of its tokens were cached: the matched share
+  // of the ids, and never the last token (it is always computed).
+  int LookupAndStore(const std::vector<uint32_t>& ids, int prompt_tokens);
+  // The same for a text: its ids are SimTokenize(prompt).
   int LookupAndStore(std::string_view prompt, int prompt_tokens);
-  // Stores `prompt`'s blocks without a lookup (KV pulled from a producer).
+  // Stores the blocks of `ids` without a lookup (KV pulled from a producer,
+  // a completed generation).
+  void StoreBlocks(const std::vector<uint32_t>& ids);
   void StoreBlocks(std::string_view prompt);
 
   // {enabled, capacity_blocks, blocks, lookups, hits (lookups with a cached
@@ -71,9 +76,9 @@ class PrefixCache {
   int64_t hit_tokens() const;
 
  private:
-  // Stores the chain of `prompt`'s full blocks; returns how many of them
+  // Stores the chain of the full blocks of `ids`; returns how many of them
   // were cached, from the first, before.
-  size_t StoreLocked(std::string_view prompt);
+  size_t StoreLocked(const std::vector<uint32_t>& ids);
 
   const size_t capacity_;
   const int block_tokens_;

@@ -110,31 +110,47 @@ OrderedJson UsageJson(const Usage& usage) {
   }
   return j;
 }
+
+// Completions: a chunk's choice carries prompt_token_ids then token_ids.
+void AddStreamChoiceIds(const TokenIds& ids, OrderedJson* choice) {
+  if (ids.prompt.has_value()) (*choice)["prompt_token_ids"] = *ids.prompt;
+  if (ids.generated.has_value()) (*choice)["token_ids"] = *ids.generated;
+}
+
+// Chat: token_ids in the choice, prompt_token_ids at the top level.
+void AddChatChunkIds(const TokenIds& ids, OrderedJson* chunk) {
+  if (ids.generated.has_value()) (*chunk)["choices"][0]["token_ids"] = *ids.generated;
+  if (ids.prompt.has_value()) (*chunk)["prompt_token_ids"] = *ids.prompt;
+}
+
 }  // namespace
 
-OrderedJson RoleChunk(const ResponseContext& ctx) {
+OrderedJson RoleChunk(const ResponseContext& ctx, const TokenIds& ids) {
   OrderedJson chunk = ChunkHead(ctx);
   chunk["choices"] = OrderedJson::array({{{"index", 0},
                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
                                           {"logprobs", nullptr},
                                           {"finish_reason", nullptr}}});
+  AddChatChunkIds(ids, &chunk);
   return chunk;
 }
 
-OrderedJson MetadataChunk(const ResponseContext& ctx) {
-  if (ctx.api == Api::kChat) return RoleChunk(ctx);
+OrderedJson MetadataChunk(const ResponseContext& ctx, const TokenIds& ids) {
+  if (ctx.api == Api::kChat) return RoleChunk(ctx, ids);
   OrderedJson chunk = ChunkHead(ctx);
-  chunk["choices"] = OrderedJson::array({{{"index", 0},
-                                          {"text", ""},
-                                          {"logprobs", nullptr},
-                                          {"finish_reason", nullptr},
-                                          {"stop_reason", nullptr}}});
+  OrderedJson choice = {{"index", 0},
+                        {"text", ""},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr},
+                        {"stop_reason", nullptr}};
+  AddStreamChoiceIds(ids, &choice);
+  chunk["choices"] = OrderedJson::array({std::move(choice)});
   return chunk;
 }
 
 OrderedJson TokenChunk(const ResponseContext& ctx, absl::string_view text,
                        const std::optional<std::string>& finish_reason,
-                       const std::optional<Usage>& usage) {
+                       const std::optional<Usage>& usage, const TokenIds& ids) {
   OrderedJson chunk = ChunkHead(ctx);
   OrderedJson choice = {{"index", 0}};
   if (ctx.api == Api::kChat) {
@@ -147,12 +163,14 @@ OrderedJson TokenChunk(const ResponseContext& ctx, absl::string_view text,
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_reason.has_value() ? OrderedJson(*finish_reason) : nullptr;
     choice["stop_reason"] = nullptr;
+    AddStreamChoiceIds(ids, &choice);
   }
   chunk["choices"] = OrderedJson::array({std::move(choice)});
   if (usage.has_value()) chunk["usage"] = UsageJson(*usage);
   if (finish_reason.has_value()) {
     chunk["system_fingerprint"] = ctx.system_fingerprint;
   }
+  if (ctx.api == Api::kChat) AddChatChunkIds(ids, &chunk);
   return chunk;
 }
 
@@ -166,7 +184,7 @@ OrderedJson UsageChunk(const ResponseContext& ctx, const Usage& usage) {
 
 OrderedJson FullBody(const ResponseContext& ctx, absl::string_view text,
                      absl::string_view finish_reason, const Usage& usage,
-                     const OrderedJson& kv_transfer_params) {
+                     const OrderedJson& kv_transfer_params, const TokenIds& ids) {
   OrderedJson choice = {{"index", 0}};
   if (ctx.api == Api::kChat) {
     choice["message"] = {{"role", "assistant"},
@@ -176,24 +194,29 @@ OrderedJson FullBody(const ResponseContext& ctx, absl::string_view text,
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = std::string(finish_reason);
     choice["stop_reason"] = nullptr;
+    if (ids.generated.has_value()) choice["token_ids"] = *ids.generated;
   } else {
     choice["text"] = std::string(text);
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = std::string(finish_reason);
     choice["stop_reason"] = nullptr;
+    if (ids.generated.has_value()) choice["token_ids"] = *ids.generated;
     choice["prompt_logprobs"] = nullptr;
+    if (ids.prompt.has_value()) choice["prompt_token_ids"] = *ids.prompt;
   }
   OrderedJson usage_json = UsageJson(usage);
   if (!usage.cached_tokens.has_value()) usage_json["prompt_tokens_details"] = nullptr;
-  return {{"id", ctx.id},
-          {"object", ObjectName(ctx.api, false)},
-          {"created", ctx.created},
-          {"model", ctx.model},
-          {"choices", OrderedJson::array({std::move(choice)})},
-          {"service_tier", nullptr},
-          {"system_fingerprint", ctx.system_fingerprint},
-          {"usage", std::move(usage_json)},
-          {"kv_transfer_params", kv_transfer_params}};
+  OrderedJson body = {{"id", ctx.id},
+                      {"object", ObjectName(ctx.api, false)},
+                      {"created", ctx.created},
+                      {"model", ctx.model},
+                      {"choices", OrderedJson::array({std::move(choice)})},
+                      {"service_tier", nullptr},
+                      {"system_fingerprint", ctx.system_fingerprint},
+                      {"usage", std::move(usage_json)}};
+  if (ctx.api == Api::kChat && ids.prompt.has_value()) body["prompt_token_ids"] = *ids.prompt;
+  body["kv_transfer_params"] = kv_transfer_params;
+  return body;
 }
 
 OrderedJson ModelList(absl::string_view model, int max_model_len, int64_t created) {

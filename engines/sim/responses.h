@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -66,17 +67,28 @@ struct ResponseContext {
   std::string system_fingerprint;
 };
 
+// What vLLM's return_token_ids adds to a body or chunk; a field left unset
+// is left out. Completions put both in choices[0] (a body: token_ids after
+// stop_reason, prompt_token_ids last; a chunk: prompt_token_ids, then
+// token_ids, after stop_reason). Chat puts token_ids in choices[0] (after
+// finish_reason / stop_reason) and prompt_token_ids at the top level (a
+// body: before kv_transfer_params; a chunk: last).
+struct TokenIds {
+  std::optional<std::vector<uint32_t>> prompt;     // prompt_token_ids
+  std::optional<std::vector<uint32_t>> generated;  // token_ids
+};
+
 // Chat only: delta {"role":"assistant","content":""}.
-OrderedJson RoleChunk(const ResponseContext& ctx);
+OrderedJson RoleChunk(const ResponseContext& ctx, const TokenIds& ids = {});
 // A chunk without generated text: the role chunk for chat, text "" for
 // completions.
-OrderedJson MetadataChunk(const ResponseContext& ctx);
+OrderedJson MetadataChunk(const ResponseContext& ctx, const TokenIds& ids = {});
 // One generated token. `finish_reason` set marks the last content chunk,
 // which also carries stop_reason and system_fingerprint. `usage` (continuous
 // usage stats) is added when given.
 OrderedJson TokenChunk(const ResponseContext& ctx, absl::string_view text,
                        const std::optional<std::string>& finish_reason,
-                       const std::optional<Usage>& usage = std::nullopt);
+                       const std::optional<Usage>& usage = std::nullopt, const TokenIds& ids = {});
 // {"choices": [], "usage": {...}, "system_fingerprint"}.
 OrderedJson UsageChunk(const ResponseContext& ctx, const Usage& usage);
 
@@ -84,7 +96,7 @@ OrderedJson UsageChunk(const ResponseContext& ctx, const Usage& usage);
 // when the request was not a producer request).
 OrderedJson FullBody(const ResponseContext& ctx, absl::string_view text,
                      absl::string_view finish_reason, const Usage& usage,
-                     const OrderedJson& kv_transfer_params);
+                     const OrderedJson& kv_transfer_params, const TokenIds& ids = {});
 
 // GET /v1/models.
 OrderedJson ModelList(absl::string_view model, int max_model_len, int64_t created);

@@ -1,4 +1,5 @@
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -6,7 +7,6 @@
 #include "engines/sim/recording.h"
 #include "engines/sim/responses.h"
 #include "engines/sim/routes.h"
-#include "engines/sim/sim_tokenizer.h"
 
 namespace narwhal::sim {
 namespace {
@@ -98,8 +98,8 @@ void AddServiceRoutes(httplib::Server& server, EngineState& state) {
              }));
   server.Post(
       "/tokenize", Recorded(state, [&state](const httplib::Request& req, httplib::Response& res) {
-        // The completion form {prompt} or the chat form {messages}: the text
-        // the engine would compute, tokenized.
+        // The completion form {prompt} or the chat form {messages}: the ids
+        // the engine would compute (a text tokenized, token ids as given).
         const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
         const Api api =
             body.is_object() && body.contains("messages") ? Api::kChat : Api::kCompletions;
@@ -110,7 +110,7 @@ void AddServiceRoutes(httplib::Server& server, EngineState& state) {
           res.set_content(ErrorBody(*parsed.error), "application/json");
           return;
         }
-        const std::vector<uint32_t> tokens = SimTokenize(parsed.request.prompt);
+        const std::vector<uint32_t>& tokens = parsed.request.prompt_ids;
         res.set_content(nlohmann::json{{"count", tokens.size()},
                                        {"max_model_len", state.options.max_model_len},
                                        {"tokens", tokens}}

@@ -3,7 +3,8 @@
 // gives the same ids in every process, a prompt's ids begin with the ids of
 // any prefix cut at a multiple of 4 characters, and a prefix-cache block of
 // 4 x block_size characters holds exactly block_size tokens — what
-// POST /tokenize answers and what the KV events carry agree.
+// POST /tokenize answers and what the KV events carry agree. Ids are below
+// kSimVocabulary; generated tokens have ids above it (engines/sim/text_gen.h).
 #ifndef NARWHAL_ENGINES_SIM_SIM_TOKENIZER_H_
 #define NARWHAL_ENGINES_SIM_SIM_TOKENIZER_H_
 

@@ -60,13 +60,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from placement_bench import http_json, metric_values, percentile, start  # noqa: E402
 
 
-# --- the sim's reply, recomputed (engines/sim/text_gen.cc) ---
+# --- the sim's reply, recomputed (engines/sim/text_gen.h) ---
 
 SIM_VOCAB = ("the river stone light quiet north whale tide harbor signal cold bright deep "
              "current shore wind salt drift silver moon wave reef ice song path field cloud "
              "storm island pod blue fjord echo slow swift calm open far near under over and "
              "of to in a with from into across beyond distant old new long small great clear "
              "dark warm green gray white red").split()
+SIM_VOCABULARY = 151643  # the tokenizer's ids; generated word w has id SIM_VOCABULARY + w
 FNV_OFFSET = 14695981039346656037
 FNV_PRIME = 1099511628211
 MASK64 = (1 << 64) - 1
@@ -78,11 +79,38 @@ def fnv1a(h, data):
     return h
 
 
+def sim_tokenize(text):
+    """The sim's tokenizer: one id per 4 bytes, FNV-1a of them % SIM_VOCABULARY."""
+    data = text.encode()
+    return [fnv1a(FNV_OFFSET, data[at:at + CHARS_PER_TOKEN]) % SIM_VOCABULARY
+            for at in range(0, len(data), CHARS_PER_TOKEN)]
+
+
+def absorb(h, token_id):
+    """FNV-1a over the id's 4 little-endian bytes."""
+    return fnv1a(h, token_id.to_bytes(4, "little"))
+
+
+def splitmix64(x):
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
 def sim_reply(prompt, count):
-    """The text the sim streams for `prompt` (token i: hash of prompt + "#i")."""
-    base = fnv1a(FNV_OFFSET, prompt.encode())
-    return "".join(" " + SIM_VOCAB[fnv1a(base, ("#%d" % i).encode()) % len(SIM_VOCAB)]
-                   for i in range(count))
+    """The text the sim streams for the text `prompt`: generated word j is
+    splitmix64(state) % 64, the state absorbing the prompt's ids and then
+    every generated id (SIM_VOCABULARY + word)."""
+    state = FNV_OFFSET
+    for token_id in sim_tokenize(prompt):
+        state = absorb(state, token_id)
+    words = []
+    for _ in range(count):
+        word = splitmix64(state) % len(SIM_VOCAB)
+        words.append(" " + SIM_VOCAB[word])
+        state = absorb(state, SIM_VOCABULARY + word)
+    return "".join(words)
 
 
 # --- workload ---
@@ -129,13 +157,16 @@ def workload(args):
 
 
 def working_set_blocks(systems, convs):
-    """Unique full 64-character blocks (as prefix chains) of every system
-    prompt and every conversation's final text (last reply included)."""
+    """Unique full 16-token (64-character) blocks, as the sim's prefix chains
+    over token ids, of every system prompt and every conversation's final
+    text (last reply included)."""
     keys = set()
     for text in list(systems) + [c["final_text"] for c in convs]:
+        ids = sim_tokenize(text)
         h = FNV_OFFSET
-        for k in range(len(text) // BLOCK_CHARS):
-            h = fnv1a(h, text[k * BLOCK_CHARS:(k + 1) * BLOCK_CHARS].encode())
+        for k in range(len(ids) // BLOCK_TOKENS):
+            for token_id in ids[k * BLOCK_TOKENS:(k + 1) * BLOCK_TOKENS]:
+                h = absorb(h, token_id)
             keys.add(h)
     return len(keys)
 

@@ -10,8 +10,11 @@ import OpenAI from 'openai';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
 
-// The simulator's generator (engines/sim/text_gen.h): token i of a prompt is
-// ' ' + VOCABULARY[fnv1a64(prompt + '#' + i) % VOCABULARY.length].
+// The simulator's token model (engines/sim/text_gen.h): a text prompt's ids
+// are its tokenizer's (one id per 4 bytes: FNV-1a of the chunk % 151643);
+// generated token j is the id 151643 + w_j with text ' ' + VOCABULARY[w_j],
+// where w_j = splitmix64(state) % 64 and the state absorbs, FNV-1a style, the
+// 4 little-endian bytes of every prompt id and then of every generated id.
 const VOCABULARY = [
   'the', 'river', 'stone', 'light', 'quiet', 'north', 'whale',
   'tide', 'harbor', 'signal', 'cold', 'bright', 'deep', 'current',
@@ -24,22 +27,55 @@ const VOCABULARY = [
   'great', 'clear', 'dark', 'warm', 'green', 'gray', 'white',
   'red',
 ];
+const SIM_VOCABULARY = 151643;
+const MASK64 = 0xffffffffffffffffn;
+const FNV_OFFSET = 0xcbf29ce484222325n;
+const FNV_PRIME = 0x100000001b3n;
 
-function fnv1a64(text) {
-  let hash = 0xcbf29ce484222325n;
-  for (const byte of new TextEncoder().encode(text)) {
+function fnv1aBytes(hash, bytes) {
+  for (const byte of bytes) {
     hash ^= BigInt(byte);
-    hash = (hash * 0x100000001b3n) & 0xffffffffffffffffn;
+    hash = (hash * FNV_PRIME) & MASK64;
   }
   return hash;
 }
 
-function generate(prompt, count) {
-  let text = '';
-  for (let i = 0; i < count; i++) {
-    text += ' ' + VOCABULARY[Number(fnv1a64(`${prompt}#${i}`) % BigInt(VOCABULARY.length))];
+function simTokenize(text) {
+  const bytes = new TextEncoder().encode(text);
+  const ids = [];
+  for (let at = 0; at < bytes.length; at += 4) {
+    ids.push(Number(fnv1aBytes(FNV_OFFSET, bytes.subarray(at, at + 4)) % BigInt(SIM_VOCABULARY)));
   }
-  return text;
+  return ids;
+}
+
+function absorb(state, id) {
+  return fnv1aBytes(state, [id & 0xff, (id >>> 8) & 0xff, (id >>> 16) & 0xff, (id >>> 24) & 0xff]);
+}
+
+function splitmix64(x) {
+  let z = (x + 0x9e3779b97f4a7c15n) & MASK64;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK64;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK64;
+  return z ^ (z >> 31n);
+}
+
+function generateIds(promptIds, count) {
+  let state = FNV_OFFSET;
+  for (const id of promptIds) state = absorb(state, id);
+  const ids = [];
+  for (let j = 0; j < count; j++) {
+    const id = SIM_VOCABULARY + Number(splitmix64(state) % BigInt(VOCABULARY.length));
+    ids.push(id);
+    state = absorb(state, id);
+  }
+  return ids;
+}
+
+const tokensText = (ids) => ids.map((id) => ' ' + VOCABULARY[id - SIM_VOCABULARY]).join('');
+
+function generate(prompt, count) {
+  return tokensText(generateIds(simTokenize(prompt), count));
 }
 
 const promptTokens = (text) => Math.max(1, Math.ceil(new TextEncoder().encode(text).length / 4));
@@ -102,7 +138,9 @@ after(async () => {
 });
 
 test('the generator port matches the pinned simulator output', () => {
-  assert.equal(generate('hello', 4), ' path bright white across');
+  assert.deepEqual(simTokenize('hello'), [18210, 149946]);
+  assert.deepEqual(generateIds(simTokenize('hello'), 4), [151688, 151693, 151657, 151662]);
+  assert.equal(generate('hello', 4), ' a beyond shore moon');
 });
 
 test('completions, non-streaming', async () => {
@@ -178,6 +216,45 @@ test('chat, non-streaming and streaming', async () => {
   assert.equal(text, generate(prompt, 6));
   assert.equal(usage.completion_tokens, 6);
   assert.equal(usage.prompt_tokens, promptTokens(prompt));
+});
+
+test('return_token_ids, and resuming a completion from its ids', async () => {
+  const prompt = 'Resume me from the ids';
+  const full = await client.completions.create({
+    model: MODEL, prompt, max_tokens: 8, return_token_ids: true,
+  });
+  const promptIds = full.choices[0].prompt_token_ids;
+  const ids = full.choices[0].token_ids;
+  assert.deepEqual(promptIds, simTokenize(prompt));
+  assert.deepEqual(ids, generateIds(promptIds, 8));
+  assert.equal(full.choices[0].text, tokensText(ids));
+
+  const plain = await client.completions.create({ model: MODEL, prompt, max_tokens: 2 });
+  assert.equal(plain.choices[0].token_ids, undefined);
+  assert.equal(plain.choices[0].prompt_token_ids, undefined);
+
+  const rest = await client.completions.create({
+    model: MODEL, prompt: [...promptIds, ...ids.slice(0, 3)], max_tokens: 5, stream: true,
+    return_token_ids: true,
+  });
+  let text = '';
+  const streamedIds = [];
+  let first = null;
+  for await (const chunk of rest) {
+    first ??= chunk;
+    text += chunk.choices[0].text;
+    streamedIds.push(...chunk.choices[0].token_ids);
+  }
+  assert.deepEqual(first.choices[0].prompt_token_ids, [...promptIds, ...ids.slice(0, 3)]);
+  assert.deepEqual(streamedIds, ids.slice(3));
+  assert.equal(text, tokensText(ids.slice(3)));
+
+  const chat = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: 4,
+    return_token_ids: true,
+  });
+  assert.deepEqual(chat.prompt_token_ids, simTokenize(prompt));
+  assert.deepEqual(chat.choices[0].token_ids, ids.slice(0, 4));
 });
 
 test('unknown model surfaces as NotFoundError', async () => {

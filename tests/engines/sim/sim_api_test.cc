@@ -72,8 +72,7 @@ TEST_F(SimApiTest, HealthVersionModelsMetrics) {
             std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("vllm:num_requests_waiting"), std::string::npos);
-  EXPECT_NE(metrics->body.find("vllm:nixl_num_kv_expired_reqs_total"),
-            std::string::npos);
+  EXPECT_NE(metrics->body.find("vllm:nixl_num_kv_expired_reqs_total"), std::string::npos);
 }
 
 TEST_F(SimApiTest, InfoDescribesTheEngine) {
@@ -87,9 +86,9 @@ TEST_F(SimApiTest, InfoDescribesTheEngine) {
 }
 
 TEST_F(SimApiTest, NonStreamingCompletion) {
-  const JsonReply reply = PostJson(*sim_, "/v1/completions",
-                                   CompletionBody("The quick brown fox", 6, false),
-                                   {{"X-Request-Id", "req-1"}});
+  const JsonReply reply =
+      PostJson(*sim_, "/v1/completions", CompletionBody("The quick brown fox", 6, false),
+               {{"X-Request-Id", "req-1"}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json& body = reply.json;
   EXPECT_EQ(body["id"], "cmpl-req-1");
@@ -116,8 +115,7 @@ TEST_F(SimApiTest, NonStreamingChatDefaultsToSixteenTokens) {
   ASSERT_EQ(reply.status, 200) << reply.body;
   EXPECT_EQ(reply.json["object"], "chat.completion");
   EXPECT_EQ(reply.json["choices"][0]["message"]["role"], "assistant");
-  EXPECT_EQ(reply.json["choices"][0]["message"]["content"],
-            GenerateText("Capital of France?", 16));
+  EXPECT_EQ(reply.json["choices"][0]["message"]["content"], GenerateText("Capital of France?", 16));
   EXPECT_EQ(reply.json["usage"]["completion_tokens"], 16);
   EXPECT_EQ(reply.json["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
 }
@@ -125,8 +123,8 @@ TEST_F(SimApiTest, NonStreamingChatDefaultsToSixteenTokens) {
 TEST_F(SimApiTest, StreamingCompletionMatchesTheGenerator) {
   HttpCaptureOptions options;
   options.headers = {{"X-Request-Id", "s-1"}};
-  const HttpCapture capture = PostStream(
-      *sim_, "/v1/completions", CompletionBody("stream me", 5, true), options);
+  const HttpCapture capture =
+      PostStream(*sim_, "/v1/completions", CompletionBody("stream me", 5, true), options);
   ASSERT_EQ(capture.error, httplib::Error::Success);
   ASSERT_EQ(capture.status, 200);
   auto type = capture.headers.find("Content-Type");
@@ -157,24 +155,20 @@ TEST_F(SimApiTest, StreamingChatWithUsage) {
   ASSERT_EQ(capture.status, 200);
   const std::vector<json> events = JsonEvents(capture);
   ASSERT_EQ(events.size(), 5u);  // role, 3 tokens, usage
-  EXPECT_EQ(events[0]["choices"][0]["delta"],
-            json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
   EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(events[3]["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(events[4]["choices"].empty());
   EXPECT_EQ(events[4]["usage"],
-            json({{"prompt_tokens", 2}, {"total_tokens", 5},
-                  {"completion_tokens", 3}}));
+            json({{"prompt_tokens", 2}, {"total_tokens", 5}, {"completion_tokens", 3}}));
   EXPECT_EQ(StreamText(capture), GenerateText("hello", 3));
-  EXPECT_EQ(StreamText(capture), " path bright white");
+  EXPECT_EQ(StreamText(capture), " a beyond shore");
   EXPECT_TRUE(capture.saw_done());
 }
 
 TEST_F(SimApiTest, StreamAndBodyAgree) {
-  const JsonReply full =
-      PostJson(*sim_, "/v1/chat/completions", ChatBody("agree?", 9, false));
-  const HttpCapture stream =
-      PostStream(*sim_, "/v1/chat/completions", ChatBody("agree?", 9, true));
+  const JsonReply full = PostJson(*sim_, "/v1/chat/completions", ChatBody("agree?", 9, false));
+  const HttpCapture stream = PostStream(*sim_, "/v1/chat/completions", ChatBody("agree?", 9, true));
   ASSERT_EQ(full.status, 200);
   EXPECT_EQ(full.json["choices"][0]["message"]["content"], StreamText(stream));
 }
@@ -184,19 +178,16 @@ TEST_F(SimApiTest, WrongModelIsNotFound) {
   body["model"] = "nope";
   const JsonReply reply = PostJson(*sim_, "/v1/completions", body);
   EXPECT_EQ(reply.status, 404);
-  EXPECT_EQ(reply.body,
-            R"({"error":{"message":"The model `nope` does not exist.",)"
-            R"("type":"NotFoundError","param":"model","code":404}})");
+  EXPECT_EQ(reply.body, R"({"error":{"message":"The model `nope` does not exist.",)"
+                        R"("type":"NotFoundError","param":"model","code":404}})");
 }
 
 TEST_F(SimApiTest, ValidationErrorsAre400) {
   httplib::Client client(sim_->host(), sim_->port());
-  httplib::Result wrong_type =
-      client.Post("/v1/completions", R"({"prompt":"x"})", "text/plain");
+  httplib::Result wrong_type = client.Post("/v1/completions", R"({"prompt":"x"})", "text/plain");
   ASSERT_TRUE(wrong_type);
   EXPECT_EQ(wrong_type->status, 400);
-  httplib::Result bad_json =
-      client.Post("/v1/completions", "{nope", "application/json");
+  httplib::Result bad_json = client.Post("/v1/completions", "{nope", "application/json");
   ASSERT_TRUE(bad_json);
   EXPECT_EQ(bad_json->status, 400);
   const json error = json::parse(bad_json->body);
@@ -204,8 +195,7 @@ TEST_F(SimApiTest, ValidationErrorsAre400) {
   EXPECT_TRUE(error["error"]["param"].is_null());
 
   EXPECT_EQ(PostJson(*sim_, "/v1/completions", {{"model", kSimModel}}).status, 400);
-  EXPECT_EQ(PostJson(*sim_, "/v1/chat/completions", {{"model", kSimModel}}).status,
-            400);
+  EXPECT_EQ(PostJson(*sim_, "/v1/chat/completions", {{"model", kSimModel}}).status, 400);
   json options = CompletionBody("x", 2, false);
   options["stream_options"] = {{"include_usage", true}};
   JsonReply reply = PostJson(*sim_, "/v1/completions", options);
@@ -215,8 +205,8 @@ TEST_F(SimApiTest, ValidationErrorsAre400) {
   json min_tokens = CompletionBody("x", 2, false);
   min_tokens["min_tokens"] = 3;
   EXPECT_EQ(PostJson(*sim_, "/v1/completions", min_tokens).status, 400);
-  const JsonReply long_prompt = PostJson(
-      *sim_, "/v1/completions", CompletionBody(std::string(200000, 'a'), 2, false));
+  const JsonReply long_prompt =
+      PostJson(*sim_, "/v1/completions", CompletionBody(std::string(200000, 'a'), 2, false));
   EXPECT_EQ(long_prompt.status, 400);
   EXPECT_EQ(long_prompt.json["error"]["type"], "BadRequestError");
   json producer_stream = PrefillBody(CompletionBody("x", 2, false));
@@ -231,15 +221,15 @@ TEST_F(SimApiTest, SurvivesDeeplyNestedBodies) {
   const std::string nest(100000, '[');
   const std::string unnest(100000, ']');
   httplib::Client client(sim_->host(), sim_->port());
-  httplib::Result result = client.Post(
-      "/v1/completions",
-      R"({"prompt":"x","kv_transfer_params":{"do_remote_prefill":true,)"
-      R"("remote_block_ids":)" + nest + unnest + "}}",
-      "application/json");
+  httplib::Result result =
+      client.Post("/v1/completions",
+                  R"({"prompt":"x","kv_transfer_params":{"do_remote_prefill":true,)"
+                  R"("remote_block_ids":)" +
+                      nest + unnest + "}}",
+                  "application/json");
   ASSERT_TRUE(result);
   EXPECT_EQ(result->status, 400);
-  httplib::Result faults =
-      client.Post("/sim/faults", nest + unnest, "application/json");
+  httplib::Result faults = client.Post("/sim/faults", nest + unnest, "application/json");
   ASSERT_TRUE(faults);
   EXPECT_EQ(faults->status, 400);
   // The records (raw text kept) still serialize.
@@ -254,11 +244,10 @@ TEST_F(SimApiTest, SurvivesDeeplyNestedBodies) {
 
 TEST_F(SimApiTest, RecordsRequests) {
   const json body = CompletionBody("record me", 3, true);
-  const HttpCapture capture = PostStream(*sim_, "/v1/completions", body,
-                                         WithRequestId("rec-1"));
+  const HttpCapture capture = PostStream(*sim_, "/v1/completions", body, WithRequestId("rec-1"));
   ASSERT_TRUE(capture.saw_done());
-  std::optional<json> record = WaitForRecord(
-      *sim_, "rec-1", [](const json& r) { return !r["end"].is_null(); });
+  std::optional<json> record =
+      WaitForRecord(*sim_, "rec-1", [](const json& r) { return !r["end"].is_null(); });
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ((*record)["method"], "POST");
   EXPECT_EQ((*record)["path"], "/v1/completions");
@@ -281,8 +270,8 @@ TEST_F(SimApiTest, RecordsRequests) {
 TEST_F(SimApiTest, LargeBodiesAreNotKept) {
   const json body = CompletionBody(std::string(300 << 10, 'a'), 1, false);
   PostJson(*sim_, "/v1/completions", body, {{"X-Request-Id", "big-1"}});
-  std::optional<json> record = WaitForRecord(
-      *sim_, "big-1", [](const json& r) { return !r["end"].is_null(); });
+  std::optional<json> record =
+      WaitForRecord(*sim_, "big-1", [](const json& r) { return !r["end"].is_null(); });
   ASSERT_TRUE(record.has_value());
   EXPECT_TRUE((*record)["body"].is_null());
   EXPECT_EQ((*record)["body_truncated"], true);
@@ -293,8 +282,8 @@ TEST_F(SimApiTest, ValidationFailuresAreRecordedAsErrors) {
   json body = CompletionBody("x", 2, false);
   body["model"] = "other";
   PostJson(*sim_, "/v1/completions", body, {{"X-Request-Id", "bad-1"}});
-  std::optional<json> record = WaitForRecord(
-      *sim_, "bad-1", [](const json& r) { return !r["end"].is_null(); });
+  std::optional<json> record =
+      WaitForRecord(*sim_, "bad-1", [](const json& r) { return !r["end"].is_null(); });
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ((*record)["status"], 404);
   EXPECT_EQ((*record)["end"], "error");
@@ -307,30 +296,26 @@ TEST_F(SimApiTest, ClientDisconnectEndsTheStream) {
   options.hang_up = [](const HttpCapture& c) { return c.events.size() >= 3; };
   const HttpCapture capture = PostStream(*sim_, "/v1/completions", body, options);
   EXPECT_EQ(capture.error, httplib::Error::Canceled);
-  std::optional<json> record = WaitForRecord(
-      *sim_, "gone-1", [](const json& r) { return !r["end"].is_null(); });
+  std::optional<json> record =
+      WaitForRecord(*sim_, "gone-1", [](const json& r) { return !r["end"].is_null(); });
   ASSERT_TRUE(record.has_value()) << "the stream did not end";
   EXPECT_EQ((*record)["end"], "client_gone");
   EXPECT_LT((*record)["tokens_sent"].get<int>(), 2000);
   // 2000 tokens take 10 s at the default 5 ms interval.
-  EXPECT_LT((*record)["ended_at"].get<double>() - (*record)["at"].get<double>(),
-            5.0);
+  EXPECT_LT((*record)["ended_at"].get<double>() - (*record)["at"].get<double>(), 5.0);
 }
 
 TEST(SimApiKeyTest, GuardsOnlyV1) {
   setenv("NARWHAL_SIM_TEST_KEY", "k3y", 1);
   auto sim = SimProcess::Start({"--api-key-env", "NARWHAL_SIM_TEST_KEY"});
   ASSERT_TRUE(sim.ok()) << sim.status();
-  const JsonReply denied =
-      PostJson(**sim, "/v1/completions", CompletionBody("x", 1, false));
+  const JsonReply denied = PostJson(**sim, "/v1/completions", CompletionBody("x", 1, false));
   EXPECT_EQ(denied.status, 401);
   EXPECT_EQ(denied.body, R"({"error":"Unauthorized"})");
-  const JsonReply wrong = PostJson(**sim, "/v1/completions",
-                                   CompletionBody("x", 1, false),
+  const JsonReply wrong = PostJson(**sim, "/v1/completions", CompletionBody("x", 1, false),
                                    {{"Authorization", "Bearer nope"}});
   EXPECT_EQ(wrong.status, 401);
-  const JsonReply allowed = PostJson(**sim, "/v1/completions",
-                                     CompletionBody("x", 1, false),
+  const JsonReply allowed = PostJson(**sim, "/v1/completions", CompletionBody("x", 1, false),
                                      {{"Authorization", "Bearer k3y"}});
   EXPECT_EQ(allowed.status, 200);
   httplib::Result health = Get(**sim, "/health");

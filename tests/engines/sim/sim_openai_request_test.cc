@@ -1,7 +1,9 @@
-#include "engines/sim/openai_request.h"
-
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "engines/sim/openai_request.h"
+#include "engines/sim/sim_tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace narwhal::sim {
@@ -12,13 +14,11 @@ constexpr char kModel[] = "m";
 ParsedRequest Completions(const std::string& body,
                           const std::string& content_type = "application/json",
                           int max_model_len = 1000) {
-  return ParseInferenceRequest(Api::kCompletions, content_type, body, kModel,
-                               max_model_len);
+  return ParseInferenceRequest(Api::kCompletions, content_type, body, kModel, max_model_len);
 }
 
 ParsedRequest Chat(const std::string& body) {
-  return ParseInferenceRequest(Api::kChat, "application/json", body, kModel,
-                               1000);
+  return ParseInferenceRequest(Api::kChat, "application/json", body, kModel, 1000);
 }
 
 int StatusOf(const ParsedRequest& parsed) {
@@ -39,9 +39,7 @@ TEST(SimOpenAiRequestTest, AcceptsAPlainCompletion) {
 TEST(SimOpenAiRequestTest, ContentTypeMustBeJson) {
   EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x"})", "text/plain")), 400);
   EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x"})", "")), 400);
-  EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x"})",
-                                 "Application/JSON; charset=utf-8")),
-            200);
+  EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x"})", "Application/JSON; charset=utf-8")), 200);
 }
 
 TEST(SimOpenAiRequestTest, RejectsBadBodies) {
@@ -72,17 +70,15 @@ TEST(SimOpenAiRequestTest, WrongModelIsNotFound) {
 }
 
 TEST(SimOpenAiRequestTest, StreamOptionsNeedStreaming) {
-  ParsedRequest parsed = Completions(
-      R"({"prompt":"x","stream_options":{"include_usage":true}})");
+  ParsedRequest parsed = Completions(R"({"prompt":"x","stream_options":{"include_usage":true}})");
   ASSERT_TRUE(parsed.error.has_value());
   EXPECT_EQ(parsed.error->status, 400);
-  EXPECT_EQ(parsed.error->message,
-            "Stream options can only be defined when `stream=True`.");
+  EXPECT_EQ(parsed.error->message, "Stream options can only be defined when `stream=True`.");
 }
 
 TEST(SimOpenAiRequestTest, IncludeUsageDefaultsToTrueWithStreamOptions) {
-  EXPECT_TRUE(Completions(R"({"prompt":"x","stream":true,"stream_options":{}})")
-                  .request.include_usage);
+  EXPECT_TRUE(
+      Completions(R"({"prompt":"x","stream":true,"stream_options":{}})").request.include_usage);
   EXPECT_FALSE(Completions(R"({"prompt":"x","stream":true,
       "stream_options":{"include_usage":false}})")
                    .request.include_usage);
@@ -99,33 +95,27 @@ TEST(SimOpenAiRequestTest, TokenLimits) {
                 .request.max_tokens,
             7);
   EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x","max_tokens":0})")), 400);
-  ParsedRequest parsed =
-      Completions(R"({"prompt":"x","max_tokens":3,"min_tokens":4})");
+  ParsedRequest parsed = Completions(R"({"prompt":"x","max_tokens":3,"min_tokens":4})");
   ASSERT_TRUE(parsed.error.has_value());
   EXPECT_EQ(parsed.error->status, 400);
-  EXPECT_EQ(parsed.error->message,
-            "min_tokens must be less than or equal to max_tokens=3, got 4.");
-  EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x","max_tokens":3,"min_tokens":3})")),
-            200);
+  EXPECT_EQ(parsed.error->message, "min_tokens must be less than or equal to max_tokens=3, got 4.");
+  EXPECT_EQ(StatusOf(Completions(R"({"prompt":"x","max_tokens":3,"min_tokens":3})")), 200);
 }
 
 TEST(SimOpenAiRequestTest, ContextLength) {
   const std::string long_prompt(4 * 100, 'a');  // 100 tokens
-  ParsedRequest parsed = Completions(
-      R"({"prompt":")" + long_prompt + R"("})", "application/json", 100);
+  ParsedRequest parsed =
+      Completions(R"({"prompt":")" + long_prompt + R"("})", "application/json", 100);
   ASSERT_TRUE(parsed.error.has_value());
   EXPECT_EQ(parsed.error->status, 400);
   EXPECT_EQ(parsed.error->type, "BadRequestError");
-  EXPECT_NE(parsed.error->message.find("maximum context length is 100 tokens"),
-            std::string::npos);
-  parsed = Completions(R"({"prompt":")" + long_prompt + R"(","max_tokens":60})",
-                       "application/json", 150);
+  EXPECT_NE(parsed.error->message.find("maximum context length is 100 tokens"), std::string::npos);
+  parsed = Completions(R"({"prompt":")" + long_prompt + R"(","max_tokens":60})", "application/json",
+                       150);
   ASSERT_TRUE(parsed.error.has_value());
-  EXPECT_NE(parsed.error->message.find("you requested 160 tokens"),
-            std::string::npos);
+  EXPECT_NE(parsed.error->message.find("you requested 160 tokens"), std::string::npos);
   // Without an explicit limit the default shrinks to the room left.
-  parsed = Completions(R"({"prompt":")" + long_prompt + R"("})",
-                       "application/json", 105);
+  parsed = Completions(R"({"prompt":")" + long_prompt + R"("})", "application/json", 105);
   ASSERT_FALSE(parsed.error.has_value());
   EXPECT_EQ(parsed.request.max_tokens, 5);
 }
@@ -138,6 +128,48 @@ TEST(SimOpenAiRequestTest, PromptForms) {
   EXPECT_EQ(ids.request.prompt_tokens, 5);
   EXPECT_EQ(Completions(R"({"prompt":[[7,8]]})").request.prompt_tokens, 2);
   EXPECT_EQ(StatusOf(Completions(R"({"prompt":["a","b"]})")), 400);
+}
+
+TEST(SimOpenAiRequestTest, PromptIds) {
+  // Text prompts are tokenized; token-id prompts are their ids.
+  ParsedRequest text = Completions(R"({"prompt":"abcdefghi"})");
+  EXPECT_EQ(text.request.prompt_ids, SimTokenize("abcdefghi"));
+  EXPECT_FALSE(text.request.token_id_prompt);
+  EXPECT_EQ(Completions(R"({"prompt":["abcdefghi"]})").request.prompt_ids,
+            SimTokenize("abcdefghi"));
+  ParsedRequest ids = Completions(R"({"prompt":[0,151643,151706,4294967295]})");
+  ASSERT_FALSE(ids.error.has_value()) << ids.error->message;
+  EXPECT_EQ(ids.request.prompt_ids, (std::vector<uint32_t>{0, 151643, 151706, 4294967295u}));
+  EXPECT_TRUE(ids.request.token_id_prompt);
+  EXPECT_EQ(Completions(R"({"prompt":[[7,8]]})").request.prompt_ids, (std::vector<uint32_t>{7, 8}));
+  EXPECT_EQ(Chat(R"({"messages":[{"role":"user","content":"Hi there"}]})").request.prompt_ids,
+            SimTokenize("Hi there"));
+  // Ids outside 0..2^32-1 are not token ids.
+  for (const char* body : {R"({"prompt":[1,-1]})", R"({"prompt":[4294967296]})",
+                           R"({"prompt":[[18446744073709551615]]})", R"({"prompt":[1.5]})"}) {
+    const ParsedRequest parsed = Completions(body);
+    ASSERT_TRUE(parsed.error.has_value()) << body;
+    EXPECT_EQ(parsed.error->message,
+              "prompt: Input should be a string, a list of strings, a list of "
+              "token ids or a list of token-id lists");
+  }
+}
+
+TEST(SimOpenAiRequestTest, ReturnTokenIds) {
+  EXPECT_FALSE(Completions(R"({"prompt":"x"})").request.return_token_ids);
+  EXPECT_FALSE(Completions(R"({"prompt":"x","return_token_ids":null})").request.return_token_ids);
+  EXPECT_FALSE(Completions(R"({"prompt":"x","return_token_ids":false})").request.return_token_ids);
+  EXPECT_TRUE(Completions(R"({"prompt":"x","return_token_ids":true})").request.return_token_ids);
+  EXPECT_TRUE(Chat(R"({"messages":[{"role":"user","content":"x"}],"return_token_ids":true})")
+                  .request.return_token_ids);
+  for (const char* value : {"1", "\"true\"", "[]", "{}"}) {
+    const ParsedRequest parsed =
+        Completions(std::string(R"({"prompt":"x","return_token_ids":)") + value + "}");
+    ASSERT_TRUE(parsed.error.has_value()) << value;
+    EXPECT_EQ(parsed.error->status, 400);
+    EXPECT_EQ(parsed.error->type, "Bad Request");
+    EXPECT_EQ(parsed.error->message, "return_token_ids: Input should be a valid boolean");
+  }
 }
 
 TEST(SimOpenAiRequestTest, ChatPromptIsTheConcatenatedContents) {
@@ -186,8 +218,7 @@ TEST(SimOpenAiRequestTest, ConsumerParams) {
   EXPECT_EQ(kv.missing, "remote_engine_id, remote_block_ids");
 
   EXPECT_EQ(ParseKvParams(nlohmann::json()).kind, KvParams::Kind::kNone);
-  EXPECT_EQ(ParseKvParams(nlohmann::json::parse(R"({"do_remote_prefill":false})"))
-                .kind,
+  EXPECT_EQ(ParseKvParams(nlohmann::json::parse(R"({"do_remote_prefill":false})")).kind,
             KvParams::Kind::kNone);
 }
 

@@ -2,7 +2,10 @@
 // LRU capacity, the cached-token count and its counters; the prefill lanes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engines/sim/prefill_lanes.h"
 #include "engines/sim/prefix_cache.h"
@@ -177,6 +180,40 @@ TEST(SimBlockEventsTest, EvictionsAreToldAsRemovals) {
   cache.Reset();
   ASSERT_EQ(sink.events.size(), 1u);
   EXPECT_EQ(sink.events[0].kind, "cleared");
+}
+
+TEST(SimBlockEventsTest, IdBlocksAreToldWithExactlyTheirIds) {
+  PrefixCache cache(100);
+  SinkRecorder sink;
+  cache.SetSink(&sink);
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 40; ++i) ids.push_back(151643 + i % 64);
+  EXPECT_EQ(cache.LookupAndStore(ids, 40), 0);
+  ASSERT_EQ(sink.events.size(), 1u);
+  EXPECT_EQ(sink.events[0].hashes.size(), 2u);
+  EXPECT_EQ(sink.events[0].tokens, std::vector<uint32_t>(ids.begin(), ids.begin() + 32));
+  const std::vector<uint64_t> first = sink.events[0].hashes;
+  // The same ids again: both blocks; one more block's worth after them:
+  // only the new block is told, after its parent.
+  EXPECT_EQ(cache.LookupAndStore(ids, 40), 32);
+  sink.events.clear();
+  std::vector<uint32_t> longer = ids;
+  for (uint32_t i = 0; i < 10; ++i) longer.push_back(7 + i);
+  cache.StoreBlocks(longer);
+  ASSERT_EQ(sink.events.size(), 1u);
+  EXPECT_EQ(sink.events[0].parent, std::optional<uint64_t>(first[1]));
+  EXPECT_EQ(sink.events[0].tokens, std::vector<uint32_t>(longer.begin() + 32, longer.begin() + 48));
+  EXPECT_EQ(cache.LookupAndStore(longer, 50), 48);
+}
+
+TEST(SimPrefixCacheTest, TextIsCachedByItsTokenizedIds) {
+  PrefixCache cache(100);
+  const std::string a = Text("a", 3) + " tail";
+  cache.LookupAndStore(a, Tokens(a));
+  EXPECT_EQ(cache.LookupAndStore(SimTokenize(a), Tokens(a)), 48);
+  EXPECT_EQ(cache.LookupAndStore(SimTokenize(Text("b", 2)), 32), 0);
+  // The ids of the text, not the text of the ids.
+  EXPECT_EQ(cache.LookupAndStore(std::vector<uint32_t>(48, 1), 48), 0);
 }
 
 TEST(SimTokenizerTest, FourCharactersPerTokenAndPrefixStable) {
