@@ -17,7 +17,8 @@
 //                   "length"); a usage chunk when stream_options asks for it
 //                   (include_usage, which defaults to true once a
 //                   stream_options object is present, as in vLLM); then
-//                   data: [DONE].
+//                   data: [DONE]. With return_token_ids true each token
+//                   chunk carries its id in `token_ids`, as vLLM's do.
 // It never checks a descriptor it receives: this is a relay benchmark, not a
 // KV simulator (narwhal-sim is the faithful one).
 //
@@ -128,6 +129,7 @@ struct Generation {
   bool stream = false;
   bool include_usage = false;
   bool remote_decode = false;
+  bool token_ids = false;  // return_token_ids
   int max_tokens = 16;
   int prompt_tokens = 0;
   int error_status = 0;
@@ -167,6 +169,9 @@ Generation ParseGeneration(const std::string& body, bool chat, const Config& cfg
       return fail(400, std::string(key) + " must be an integer in [1, 1048576]", key);
     }
     g.max_tokens = mt->get<int>();
+  }
+  if (const auto ids = doc.find("return_token_ids"); ids != doc.end() && ids->is_boolean()) {
+    g.token_ids = ids->get<bool>();
   }
   if (const auto kv = doc.find("kv_transfer_params"); kv != doc.end() && kv->is_object()) {
     const auto rd = kv->find("do_remote_decode");
@@ -212,7 +217,7 @@ std::string ErrorBody(int status, const std::string& message, const std::string&
 class Chunks {
  public:
   Chunks(const Generation& g, const std::string& id, long long created, const Config& cfg)
-      : chat_(g.chat) {
+      : chat_(g.chat), token_ids_(g.token_ids) {
     head_ = std::string(R"(data: {"id":")") + (g.chat ? "chatcmpl-" : "cmpl-") + id +
             R"(","object":")" + (g.chat ? "chat.completion.chunk" : "text_completion") +
             R"(","created":)" + std::to_string(created) + R"(,"model":)" + cfg.model_json +
@@ -228,13 +233,18 @@ class Chunks {
     out->append(chat_ ? R"([{"index":0,"delta":{"content":")" : R"([{"index":0,"text":")");
     out->append(kWords[i % std::size(kWords)]);
     if (chat_) {
-      out->append(last ? R"("},"logprobs":null,"finish_reason":"length","stop_reason":null}]})"
-                       : R"("},"logprobs":null,"finish_reason":null}]})");
+      out->append(last ? R"("},"logprobs":null,"finish_reason":"length","stop_reason":null)"
+                       : R"("},"logprobs":null,"finish_reason":null)");
     } else {
-      out->append(last ? R"(","logprobs":null,"finish_reason":"length","stop_reason":null}]})"
-                       : R"(","logprobs":null,"finish_reason":null,"stop_reason":null}]})");
+      out->append(last ? R"(","logprobs":null,"finish_reason":"length","stop_reason":null)"
+                       : R"(","logprobs":null,"finish_reason":null,"stop_reason":null)");
     }
-    out->append("\n\n");
+    if (token_ids_) {
+      out->append(R"(,"token_ids":[)");
+      out->append(std::to_string(1000 + i % std::size(kWords)));
+      out->append("]");
+    }
+    out->append("}]}\n\n");
   }
   std::string Usage(int prompt_tokens, int completion_tokens) const {
     return head_ + R"([],"usage":{"prompt_tokens":)" + std::to_string(prompt_tokens) +
@@ -244,6 +254,7 @@ class Chunks {
 
  private:
   bool chat_;
+  bool token_ids_;
   std::string head_;
 };
 

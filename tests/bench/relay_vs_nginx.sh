@@ -28,7 +28,9 @@
 #
 # Environment (defaults): STREAMS (256), TOKENS (256), TOKEN_MS (20),
 # PROMPT_WORDS (512), DURATION_S (20), RAMP_S (1: workers start spread over
-# it), API (completions, or chat), PREFILL_MS (0), BENCH_THREADS (1),
+# it), API (completions, or chat), CONTINUATION (0; 1: the router runs with
+# continuation enabled, so every decode asks for token ids and the router
+# removes them from each chunk), PREFILL_MS (0), BENCH_THREADS (1),
 # ENGINE_THREADS (1), GRPC_CHANNELS (4), ISOLATE (1), PRIORITIZE (0; 1 with
 # --hold), SAMPLE_S (5), AFTER_S (5), KEEP_SCRATCH (0: the scratch directory
 # and its logs are removed; they are kept when the script fails).
@@ -181,6 +183,7 @@ cat >"$scratch/fleet.json" <<JSON
    {"iid": "p0", "url": "http://127.0.0.1:$p0_port", "role": "prefill"},
    {"iid": "d0", "url": "http://127.0.0.1:$d0_port", "role": "decode"}],
  "serving": {"max_inflight": $((STREAMS + 64))},
+ "continuation": {"enabled": $([ "${CONTINUATION:-0}" = 1 ] && echo true || echo false)},
  "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30}}
 JSON
 "${iso[@]}" "$bin/narwhal-serve" --config "$scratch/fleet.json" --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
