@@ -28,6 +28,12 @@
 //    the rules of engines/stream_event.h evaluated on the DOM below. (The
 //    project no longer has a DOM classifier: the SAX one it replaced is gone,
 //    so the reference is written from the header's contract.)
+//  - Stream continuation's rewrites (router/continuation.h): for a payload
+//    that is a JSON object without repeated keys, StripTokenFields either
+//    declines or yields exactly the object without its token_ids and
+//    prompt_token_ids members (at any depth); a StreamLedger on a first leg
+//    and on a continuation leg passes every event without throwing, and
+//    what it rewrites is a JSON object.
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -42,6 +48,7 @@
 #include "engines/json_limits.h"
 #include "engines/json_text_repair.h"
 #include "engines/stream_event.h"
+#include "router/continuation.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -126,15 +133,14 @@ bool OverBound(std::string_view stream, size_t bound) {
 }
 
 void CheckSame(const ReadResult& a, const ReadResult& b, const char* what) {
-  FUZZ_CHECK_MSG(a.failed == b.failed, std::string(what) + ": whole " + a.error + " / split " +
-                                            b.error);
+  FUZZ_CHECK_MSG(a.failed == b.failed,
+                 std::string(what) + ": whole " + a.error + " / split " + b.error);
   FUZZ_CHECK_MSG(a.events.size() == b.events.size(),
                  std::string(what) + ": " + std::to_string(a.events.size()) + " vs " +
                      std::to_string(b.events.size()) + " events");
   for (size_t i = 0; i < a.events.size(); ++i) {
-    FUZZ_CHECK_MSG(a.events[i] == b.events[i], std::string(what) + ": event " +
-                                                   std::to_string(i) + ": " +
-                                                   Printable(a.events[i]) + " vs " +
+    FUZZ_CHECK_MSG(a.events[i] == b.events[i], std::string(what) + ": event " + std::to_string(i) +
+                                                   ": " + Printable(a.events[i]) + " vs " +
                                                    Printable(b.events[i]));
   }
   if (a.failed) return;  // after an error the counters stop where it struck
@@ -178,7 +184,9 @@ long long IntegerOf(const ordered_json& v) {
 
 int CodeOf(long long v) { return static_cast<int>(v < 0 || v > 100000 ? 0 : v); }
 
-bool NonEmptyString(const ordered_json& v) { return v.is_string() && !v.get_ref<const std::string&>().empty(); }
+bool NonEmptyString(const ordered_json& v) {
+  return v.is_string() && !v.get_ref<const std::string&>().empty();
+}
 
 StreamEvent Reference(const ordered_json& root) {
   StreamEvent e;
@@ -270,12 +278,12 @@ StreamEvent Reference(const ordered_json& root) {
 }
 
 std::string Describe(const StreamEvent& e) {
-  return std::string(EventKindName(e.kind)) + " tokens=" + std::to_string(e.tokens) + " text=" +
-         Printable(e.text, 80) + " finish=" + Printable(e.finish_reason, 40) +
+  return std::string(EventKindName(e.kind)) + " tokens=" + std::to_string(e.tokens) +
+         " text=" + Printable(e.text, 80) + " finish=" + Printable(e.finish_reason, 40) +
          " usage=" + std::to_string(e.completion_tokens) + "/" + std::to_string(e.prompt_tokens) +
          " error=" + std::to_string(e.error_status) + " " + Printable(e.error_message, 80) +
-         " choices=" + std::to_string(e.choices) + " stray=" +
-         (e.stray_choice_index ? std::to_string(*e.stray_choice_index) : "none");
+         " choices=" + std::to_string(e.choices) +
+         " stray=" + (e.stray_choice_index ? std::to_string(*e.stray_choice_index) : "none");
 }
 
 bool Same(const StreamEvent& a, const StreamEvent& b) {
@@ -323,8 +331,8 @@ void CheckEvent(std::string_view data, const StreamEvent& e) {
                  Describe(e) + " for " + payload);
   FUZZ_CHECK_MSG(static_cast<size_t>(e.tokens) <= data.size(), payload);
   FUZZ_CHECK_MSG(e.choices >= 0 && static_cast<size_t>(e.choices) <= data.size(), payload);
-  const bool out_of_bounds = e.choices > narwhal::engines::kMaxChoices ||
-                             e.stray_choice_index.has_value();
+  const bool out_of_bounds =
+      e.choices > narwhal::engines::kMaxChoices || e.stray_choice_index.has_value();
   FUZZ_CHECK_MSG(narwhal::engines::ChoiceBoundError(e).empty() == !out_of_bounds, Describe(e));
 }
 
@@ -349,6 +357,41 @@ void CheckAgainstReference(std::string_view data, const StreamEvent& e) {
   const StreamEvent expected = Reference(ordered);
   FUZZ_CHECK_MSG(Same(e, expected), "classifier " + Describe(e) + "\n  reference  " +
                                         Describe(expected) + "\n  for " + Printable(data));
+}
+
+// `v` without token_ids and prompt_token_ids members at any depth.
+void EraseTokenFields(nlohmann::json& v) {
+  if (v.is_object()) {
+    v.erase("token_ids");
+    v.erase("prompt_token_ids");
+    for (auto& [key, member] : v.items()) EraseTokenFields(member);
+  } else if (v.is_array()) {
+    for (auto& element : v) EraseTokenFields(element);
+  }
+}
+
+void CheckContinuationRewrites(std::string_view data, const StreamEvent& e,
+                               narwhal::router::StreamLedger& first,
+                               narwhal::router::StreamLedger& continuing) {
+  std::string stripped;
+  if (e.kind != EventKind::kMalformed && data.find('\0') == std::string_view::npos &&
+      !HasRepeatedKey(data) && narwhal::router::StripTokenFields(data, &stripped)) {
+    nlohmann::json want = narwhal::engines::ParseJson(data);
+    if (!want.is_discarded() && want.is_object()) {
+      EraseTokenFields(want);
+      const nlohmann::json got = narwhal::engines::ParseJson(stripped);
+      FUZZ_CHECK_MSG(!got.is_discarded() && got == want,
+                     Printable(data) + " -> " + Printable(stripped));
+    }
+  }
+  for (narwhal::router::StreamLedger* ledger : {&first, &continuing}) {
+    StreamEvent copy = e;
+    const std::string_view out = ledger->Pass(data, &copy);
+    if (out != data) {
+      const nlohmann::json parsed = narwhal::engines::ParseJson(out);
+      FUZZ_CHECK_MSG(!parsed.is_discarded() && parsed.is_object(), Printable(out));
+    }
+  }
 }
 
 // The relayed payload is the engine's own unless its text was not valid
@@ -390,6 +433,11 @@ void Run(const uint8_t* bytes, size_t size) {
 
   // One classifier per stream, reused for all its events (as a leg does).
   StreamClassifier reused;
+  const auto api = (control & 64) ? narwhal::engines::Api::kChatCompletions
+                                  : narwhal::engines::Api::kCompletions;
+  narwhal::router::StreamLedger first(api, /*client_wants_ids=*/false);
+  narwhal::router::StreamLedger continuing(api, (control & 128) != 0);
+  continuing.StartContinuation();
   StreamEvent event;
   StreamEvent fresh_event;
   StreamEvent thread_event;
@@ -405,6 +453,7 @@ void Run(const uint8_t* bytes, size_t size) {
     FUZZ_CHECK_MSG(Same(event, thread_event),
                    "reused " + Describe(event) + " / thread " + Describe(thread_event));
     CheckAgainstReference(relayed, event);
+    CheckContinuationRewrites(relayed, event, first, continuing);
   }
   // The whole stream as one payload too (the bytes need not be SSE).
   const std::string relayed(reused.Classify(stream, &event));
