@@ -285,7 +285,8 @@ std::string_view StreamLedger::Pass(std::string_view data, engines::StreamEvent*
     }
   }
   if (event->kind == EventKind::kToken) {
-    if (event->has_token_ids && event->token_ids.size() == static_cast<size_t>(event->tokens)) {
+    if (event->has_token_ids && event->token_ids.size() == static_cast<size_t>(event->tokens) &&
+        generated_.size() + event->token_ids.size() <= kMaxIds) {
       generated_.insert(generated_.end(), event->token_ids.begin(), event->token_ids.end());
     } else {
       ids_ok_ = false;

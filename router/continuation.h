@@ -78,6 +78,10 @@ bool StripTokenFields(std::string_view data, std::string* out);
 
 class StreamLedger {
  public:
+  // The most generated ids one answer records (4 MiB): past it the stream
+  // can no longer move exactly (an engine streaming without end).
+  static constexpr size_t kMaxIds = size_t{1} << 20;
+
   StreamLedger(engines::Api api, bool client_wants_ids)
       : api_(api), client_wants_ids_(client_wants_ids) {}
 

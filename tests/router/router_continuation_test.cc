@@ -470,5 +470,36 @@ TEST(StripTokenFieldsTest, AgreesWithAJsonRewriteOnEveryShape) {
   }
 }
 
+// An engine streaming without end cannot grow the ledger past its bound: the
+// answer then no longer moves exactly.
+TEST(StreamLedgerTest, IdsAreBoundedAndAnEventWithoutIdsEndsExactness) {
+  StreamLedger ledger(engines::Api::kCompletions, /*client_wants_ids=*/true);
+  engines::StreamEvent ev;
+  ev.kind = engines::EventKind::kToken;
+  ev.has_prompt_token_ids = true;
+  ev.prompt_token_ids = {1, 2};
+  ev.has_token_ids = true;
+  ev.token_ids.assign(StreamLedger::kMaxIds, 7);
+  ev.tokens = static_cast<int>(ev.token_ids.size());
+  ledger.Pass("{}", &ev);
+  EXPECT_TRUE(ledger.exact());
+  EXPECT_EQ(ledger.generated().size(), StreamLedger::kMaxIds);
+  ev.has_prompt_token_ids = false;
+  ev.token_ids = {8};
+  ev.tokens = 1;
+  ledger.Pass("{}", &ev);
+  EXPECT_FALSE(ledger.exact());
+  EXPECT_EQ(ledger.generated().size(), StreamLedger::kMaxIds);
+
+  StreamLedger other(engines::Api::kCompletions, false);
+  engines::StreamEvent text;
+  text.kind = engines::EventKind::kToken;
+  text.tokens = 1;
+  text.has_prompt_token_ids = true;
+  text.prompt_token_ids = {1};
+  other.Pass(R"({"choices":[{"text":"x"}]})", &text);
+  EXPECT_FALSE(other.exact());  // a token without its id
+}
+
 }  // namespace
 }  // namespace narwhal::router
