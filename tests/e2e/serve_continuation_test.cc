@@ -236,6 +236,45 @@ TEST_F(ServeContinuationTest, AGrpcStreamBrokenAtTokenKContinuesItsIndexes) {
   }
 }
 
+// The gRPC door's unary Complete: the whole answer, continued.
+TEST_F(ServeContinuationTest, AGrpcCompleteBrokenAtTokenKReturnsTheWholeAnswer) {
+  ServeProcess& router = StartContinuingRouter();
+  auto stub = narwhal::v1::Inference::NewStub(
+      grpc::CreateChannel(router.grpc_target(), grpc::InsecureChannelCredentials()));
+  auto complete = [&](const narwhal::v1::GenerateRequest& req, narwhal::v1::CompleteResponse* out,
+                      std::string* rid) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    CountRequest(router);
+    const grpc::Status status = stub->Complete(&context, req, out);
+    const auto& md = context.GetServerInitialMetadata();
+    if (auto it = md.find("x-request-id"); it != md.end() && rid != nullptr) {
+      *rid = std::string(it->second.data(), it->second.size());
+    }
+    return status;
+  };
+  for (bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    const narwhal::v1::GenerateRequest req =
+        ContRequest(std::string("grpc complete ") + (chat ? "chat" : "text"), chat);
+    narwhal::v1::CompleteResponse whole;
+    ASSERT_TRUE(complete(req, &whole, nullptr).ok());
+    std::unique_ptr<Occupation> o = BreakNextDecode(router, chat ? "close" : "error");
+    narwhal::v1::CompleteResponse got;
+    std::string rid;
+    const grpc::Status status = complete(req, &got, &rid);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(got.text(), whole.text());
+    EXPECT_EQ(got.usage().completion_tokens(), static_cast<uint32_t>(kContTokens));
+    EXPECT_EQ(got.finish_reason(), "length");
+    ASSERT_FALSE(rid.empty());
+    ExpectContinued(router, rid, o->idle.empty() ? "" : o->idle[0]);
+    o->Release();
+    Sim("d0").ClearFaults().IgnoreError();
+    Sim("d1").ClearFaults().IgnoreError();
+  }
+}
+
 // SIGKILL of the decode engine at token k, through both doors.
 TEST_F(ServeContinuationTest, ADecodeEngineKilledMidStreamLosesNoAnswer) {
   std::vector<std::unique_ptr<SimProcess>> decoders;
