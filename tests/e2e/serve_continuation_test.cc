@@ -142,7 +142,7 @@ class ServeContinuationTest : public E2eTest {
 };
 
 // Every fault, both endpoints, streaming and not, through the HTTP door.
-TEST_F(ServeContinuationTest, AnHttpAnswerBrokenAtTokenKIsCompletedExactly) {
+TEST_F(ServeContinuationTest, B29_AnHttpAnswerBrokenAtTokenKIsCompletedExactly) {
   ServeProcess& router = StartContinuingRouter();
   struct Case {
     std::string kind;
@@ -192,7 +192,7 @@ TEST_F(ServeContinuationTest, AnHttpAnswerBrokenAtTokenKIsCompletedExactly) {
 }
 
 // A client that asked for token ids gets exactly those one engine returns.
-TEST_F(ServeContinuationTest, AClientAskingForTokenIdsGetsOneEnginesIds) {
+TEST_F(ServeContinuationTest, B29_AClientAskingForTokenIdsGetsOneEnginesIds) {
   ServeProcess& router = StartContinuingRouter();
   json body = Completion("ids across the break", kContTokens, false);
   body["return_token_ids"] = true;
@@ -211,7 +211,7 @@ TEST_F(ServeContinuationTest, AClientAskingForTokenIdsGetsOneEnginesIds) {
 }
 
 // The gRPC door: the deltas' token indexes run on across the break.
-TEST_F(ServeContinuationTest, AGrpcStreamBrokenAtTokenKContinuesItsIndexes) {
+TEST_F(ServeContinuationTest, B29_AGrpcStreamBrokenAtTokenKContinuesItsIndexes) {
   ServeProcess& router = StartContinuingRouter();
   for (bool chat : {false, true}) {
     SCOPED_TRACE(chat ? "chat" : "completions");
@@ -237,7 +237,7 @@ TEST_F(ServeContinuationTest, AGrpcStreamBrokenAtTokenKContinuesItsIndexes) {
 }
 
 // The gRPC door's unary Complete: the whole answer, continued.
-TEST_F(ServeContinuationTest, AGrpcCompleteBrokenAtTokenKReturnsTheWholeAnswer) {
+TEST_F(ServeContinuationTest, B29_AGrpcCompleteBrokenAtTokenKReturnsTheWholeAnswer) {
   ServeProcess& router = StartContinuingRouter();
   auto stub = narwhal::v1::Inference::NewStub(
       grpc::CreateChannel(router.grpc_target(), grpc::InsecureChannelCredentials()));
@@ -276,7 +276,7 @@ TEST_F(ServeContinuationTest, AGrpcCompleteBrokenAtTokenKReturnsTheWholeAnswer) 
 }
 
 // SIGKILL of the decode engine at token k, through both doors.
-TEST_F(ServeContinuationTest, ADecodeEngineKilledMidStreamLosesNoAnswer) {
+TEST_F(ServeContinuationTest, B29_ADecodeEngineKilledMidStreamLosesNoAnswer) {
   std::vector<std::unique_ptr<SimProcess>> decoders;
   std::vector<std::tuple<std::string, std::string, std::string>> fleet = {
       {"p0", SimUrl("p0"), "prefill"}};
@@ -323,7 +323,7 @@ TEST_F(ServeContinuationTest, ADecodeEngineKilledMidStreamLosesNoAnswer) {
 }
 
 // B30: stop strings cannot move exactly: the stream ends as B16 says.
-TEST_F(ServeContinuationTest, StopStringsAreRefusedWithTheReasonJournaled) {
+TEST_F(ServeContinuationTest, B30_StopStringsAreRefusedWithTheReasonJournaled) {
   ServeProcess& router = StartContinuingRouter();
   json body = Completion("refuse to continue", kContTokens, true);
   body["stop"] = json::array({"never appears"});
@@ -343,7 +343,7 @@ TEST_F(ServeContinuationTest, StopStringsAreRefusedWithTheReasonJournaled) {
 // Chaos: two of three decode engines SIGKILLed while 200 streams run. Every
 // stream a kill hit after its output started is continued; the test prints
 // how many were hit and how many saved (the figure in the README).
-TEST_F(ServeContinuationTest, ChaosTwoDecodersKilledDuring200Streams) {
+TEST_F(ServeContinuationTest, B29_ChaosTwoDecodersKilledDuring200Streams) {
   std::vector<std::unique_ptr<SimProcess>> decoders;
   std::vector<std::tuple<std::string, std::string, std::string>> fleet = {
       {"p0", SimUrl("p0"), "prefill"}, {"p1", SimUrl("p1"), "prefill"}};

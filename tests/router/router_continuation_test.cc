@@ -91,7 +91,7 @@ class RouterContinuationTest : public RouterTest {
   }
 };
 
-TEST_F(RouterContinuationTest, AStreamBrokenAtTokenThreeContinuesOnAnotherConsumer) {
+TEST_F(RouterContinuationTest, B29_AStreamBrokenAtTokenThreeContinuesOnAnotherConsumer) {
   Start();
   BreakFirstLeg(Tokens(1, 3, "", /*with_prompt=*/true));
   fake_.QueueDecode(nt::DecodeStep::Stream(Tokens(4, 8, "length", false, "cmpl-2")));
@@ -146,7 +146,7 @@ TEST_F(RouterContinuationTest, AStreamBrokenAtTokenThreeContinuesOnAnotherConsum
   ExpectNoReservations();
 }
 
-TEST_F(RouterContinuationTest, AChatStreamContinuesInChatChunks) {
+TEST_F(RouterContinuationTest, B29_AChatStreamContinuesInChatChunks) {
   Start();
   BreakFirstLeg({ChatRole(kPromptIds), ChatIdChunk(1), ChatIdChunk(2)}, nt::MissingDone());
   fake_.QueueDecode(nt::DecodeStep::Stream(Tokens(3, 8, "length", false, "cmpl-9")));
@@ -173,7 +173,7 @@ TEST_F(RouterContinuationTest, AChatStreamContinuesInChatChunks) {
   EXPECT_EQ(decodes[1].body["max_tokens"], 6);
 }
 
-TEST_F(RouterContinuationTest, ANonStreamingAnswerIsAssembledAcrossLegsWithWholeUsage) {
+TEST_F(RouterContinuationTest, B29_ANonStreamingAnswerIsAssembledAcrossLegsWithWholeUsage) {
   Start();
   BreakFirstLeg(Tokens(1, 4, "", true), nt::ReadTimeout());
   std::vector<std::string> rest = Tokens(5, 8, "length", false, "cmpl-2");
@@ -198,7 +198,7 @@ TEST_F(RouterContinuationTest, ANonStreamingAnswerIsAssembledAcrossLegsWithWhole
   EXPECT_EQ(Row(rid)["continuations"][0]["outcome"], "continued");
 }
 
-TEST_F(RouterContinuationTest, AClientThatAskedForTokenIdsGetsThemAsOneEngineWouldGive) {
+TEST_F(RouterContinuationTest, B29_AClientThatAskedForTokenIdsGetsThemAsOneEngineWouldGive) {
   Start();
   BreakFirstLeg(Tokens(1, 2, "", true));
   fake_.QueueDecode(nt::DecodeStep::Stream(Tokens(3, 8, "length", false, "cmpl-2")));
@@ -220,7 +220,7 @@ TEST_F(RouterContinuationTest, AClientThatAskedForTokenIdsGetsThemAsOneEngineWou
   EXPECT_EQ(prompt_id_chunks, 1);  // the first chunk's, never the continuation prompt's
 }
 
-TEST_F(RouterContinuationTest, StopStringsAreRefusedAndTheStreamEndsAsB16) {
+TEST_F(RouterContinuationTest, B30_StopStringsAreRefusedAndTheStreamEndsAsB16) {
   Start();
   BreakFirstLeg(Tokens(1, 3, "", true));
   Request req = MakeRequest(/*stream=*/true);
@@ -243,7 +243,7 @@ TEST_F(RouterContinuationTest, StopStringsAreRefusedAndTheStreamEndsAsB16) {
   EXPECT_EQ(Metric("narwhal_continuations_total", {{"outcome", "refused"}}), 1);
 }
 
-TEST_F(RouterContinuationTest, EachStaticRefusalIsNamed) {
+TEST_F(RouterContinuationTest, B30_EachStaticRefusalIsNamed) {
   const json base = {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 8}};
   const std::vector<std::pair<json, std::string>> cases = {
       {{{"n", 2}}, "n"},
@@ -281,7 +281,7 @@ TEST_F(RouterContinuationTest, EachStaticRefusalIsNamed) {
             "");
 }
 
-TEST_F(RouterContinuationTest, AnEngineWithoutTokenIdsIsRefused) {
+TEST_F(RouterContinuationTest, B30_AnEngineWithoutTokenIdsIsRefused) {
   Start();
   BreakFirstLeg({nt::CompletionChunk(" a"), nt::CompletionChunk(" b")});
   std::string rid;
@@ -303,7 +303,7 @@ TEST_F(RouterContinuationTest, ANormalEndOrAClientCancelIsNeverContinued) {
   EXPECT_EQ(ClientDecodes().size(), 1u);
 }
 
-TEST_F(RouterContinuationTest, TheCapPerRequestHoldsAndBothFailuresAreJournaled) {
+TEST_F(RouterContinuationTest, B29_TheCapPerRequestHoldsAndBothFailuresAreJournaled) {
   Start();  // max_per_request 1
   BreakFirstLeg(Tokens(1, 2, "", true));
   // The continuation breaks too, after two more tokens.
@@ -352,7 +352,7 @@ TEST_F(RouterContinuationTest, TwoContinuationsWhenTheCapAllows) {
   EXPECT_EQ(row["continuations"][1]["from_iid"], decodes[1].target.iid);
 }
 
-TEST_F(RouterContinuationTest, TheCreditPoolRunsDryAndRefillsFromCompletedRequests) {
+TEST_F(RouterContinuationTest, B29_TheCreditPoolRunsDryAndRefillsFromCompletedRequests) {
   settings_.continuation.budget = 1;
   settings_.continuation.replenish = 0.5;
   Start();

@@ -13,27 +13,10 @@ namespace {
 using nlohmann::json;
 using sim::GenerateText;
 
-class SimApiTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto started = SimProcess::Start({"--engine-id", "api0"});
-    ASSERT_TRUE(started.ok()) << started.status();
-    sim_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete sim_;
-    sim_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(sim_, nullptr);
-    ASSERT_TRUE(sim_->ClearFaults().ok());
-    ASSERT_TRUE(sim_->ClearRequests().ok());
-  }
-
-  static SimProcess* sim_;
+class SimApiTest : public OneSimTest<SimApiTest> {
+ public:
+  static constexpr char kEngineId[] = "api0";
 };
-
-SimProcess* SimApiTest::sim_ = nullptr;
 
 httplib::Result Get(const SimProcess& sim, const std::string& path) {
   httplib::Client client(sim.host(), sim.port());

@@ -13,53 +13,33 @@ namespace {
 using nlohmann::json;
 using sim::GenerateText;
 
-class SimFaultsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto started = SimProcess::Start({"--engine-id", "f0"});
-    ASSERT_TRUE(started.ok()) << started.status();
-    sim_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete sim_;
-    sim_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(sim_, nullptr);
-    ASSERT_TRUE(sim_->ClearFaults().ok());
-    ASSERT_TRUE(sim_->ClearRequests().ok());
-  }
+class SimFaultsTest : public OneSimTest<SimFaultsTest> {
+ public:
+  static constexpr char kEngineId[] = "f0";
 
-  void SetFault(const json& rule) {
-    ASSERT_TRUE(sim_->SetFaults(json{{"faults", {rule}}}).ok());
-  }
+ protected:
+  void SetFault(const json& rule) { ASSERT_TRUE(sim_->SetFaults(json{{"faults", {rule}}}).ok()); }
 
   // The finished record of the request sent with this X-Request-Id.
   json EndedRecord(const std::string& id) {
-    std::optional<json> record = WaitForRecord(
-        *sim_, id, [](const json& r) { return !r["end"].is_null(); });
+    std::optional<json> record =
+        WaitForRecord(*sim_, id, [](const json& r) { return !r["end"].is_null(); });
     EXPECT_TRUE(record.has_value()) << id << " never ended";
     return record.value_or(json::object());
   }
 
-  HttpCapture Stream(const std::string& path, const json& body,
-                     const std::string& id,
+  HttpCapture Stream(const std::string& path, const json& body, const std::string& id,
                      absl::Duration read_timeout = absl::Seconds(10)) {
     HttpCaptureOptions options;
     options.headers = {{"X-Request-Id", id}};
     options.read_timeout = read_timeout;
     return PostStream(*sim_, path, body, options);
   }
-
-  static SimProcess* sim_;
 };
-
-SimProcess* SimFaultsTest::sim_ = nullptr;
 
 TEST_F(SimFaultsTest, DropConnection) {
   SetFault({{"kind", "drop_connection"}});
-  const HttpCapture capture =
-      Stream("/v1/completions", CompletionBody("x", 3, true), "drop-1");
+  const HttpCapture capture = Stream("/v1/completions", CompletionBody("x", 3, true), "drop-1");
   EXPECT_NE(capture.error, httplib::Error::Success);
   EXPECT_EQ(capture.status, 0);
   EXPECT_TRUE(capture.body.empty());
@@ -67,15 +47,13 @@ TEST_F(SimFaultsTest, DropConnection) {
   EXPECT_EQ(record["fault"], "drop_connection");
   EXPECT_EQ(record["end"], "fault");
   // The rule fired once: the next request is served.
-  const HttpCapture next =
-      Stream("/v1/completions", CompletionBody("x", 3, true), "drop-2");
+  const HttpCapture next = Stream("/v1/completions", CompletionBody("x", 3, true), "drop-2");
   EXPECT_TRUE(next.saw_done());
 }
 
 TEST_F(SimFaultsTest, DelayHeaders) {
   SetFault({{"kind", "delay_headers"}, {"ms", 400}});
-  const HttpCapture capture =
-      Stream("/v1/completions", CompletionBody("late", 2, true), "delay-1");
+  const HttpCapture capture = Stream("/v1/completions", CompletionBody("late", 2, true), "delay-1");
   EXPECT_EQ(capture.status, 200);
   EXPECT_GE(capture.time_to_headers, absl::Milliseconds(400));
   EXPECT_EQ(StreamText(capture), GenerateText("late", 2));
@@ -84,8 +62,8 @@ TEST_F(SimFaultsTest, DelayHeaders) {
 
 TEST_F(SimFaultsTest, HttpStatus) {
   SetFault({{"kind", "http_status"}, {"status", 503}, {"message", "engine busy"}});
-  const JsonReply reply = PostJson(*sim_, "/v1/chat/completions",
-                                   ChatBody("x", 2, true), {{"X-Request-Id", "st-1"}});
+  const JsonReply reply =
+      PostJson(*sim_, "/v1/chat/completions", ChatBody("x", 2, true), {{"X-Request-Id", "st-1"}});
   EXPECT_EQ(reply.status, 503);
   EXPECT_EQ(reply.json["error"]["message"], "engine busy");
   EXPECT_EQ(reply.json["error"]["type"], "Service Unavailable");
@@ -98,8 +76,7 @@ TEST_F(SimFaultsTest, HttpStatus) {
 TEST_F(SimFaultsTest, SilentBeforeFirstTokenStream) {
   SetFault({{"kind", "silent_before_first_token"}});
   const HttpCapture capture =
-      Stream("/v1/chat/completions", ChatBody("x", 3, true), "silent-1",
-             absl::Milliseconds(500));
+      Stream("/v1/chat/completions", ChatBody("x", 3, true), "silent-1", absl::Milliseconds(500));
   // Headers arrive at once, then nothing until the client gives up.
   EXPECT_EQ(capture.status, 200);
   EXPECT_LT(capture.time_to_headers, absl::Milliseconds(400));
@@ -118,8 +95,7 @@ TEST_F(SimFaultsTest, SilentBeforeFirstTokenStream) {
 TEST_F(SimFaultsTest, SilentPrefillSendsNoResponse) {
   SetFault({{"kind", "silent_before_first_token"}, {"phase", "prefill"}});
   // A decode request is not affected by a prefill rule.
-  const JsonReply decode = PostJson(*sim_, "/v1/completions",
-                                    CompletionBody("x", 2, false));
+  const JsonReply decode = PostJson(*sim_, "/v1/completions", CompletionBody("x", 2, false));
   EXPECT_EQ(decode.status, 200);
   const JsonReply prefill =
       PostJson(*sim_, "/v1/completions", PrefillBody(CompletionBody("x", 2, false)),
@@ -132,22 +108,20 @@ TEST_F(SimFaultsTest, SilentPrefillSendsNoResponse) {
 
 TEST_F(SimFaultsTest, MetadataThenSilence) {
   SetFault({{"kind", "metadata_then_silence"}, {"chunks", 2}});
-  const HttpCapture chat = Stream("/v1/chat/completions", ChatBody("x", 3, true),
-                                  "meta-1", absl::Milliseconds(500));
+  const HttpCapture chat =
+      Stream("/v1/chat/completions", ChatBody("x", 3, true), "meta-1", absl::Milliseconds(500));
   EXPECT_EQ(chat.status, 200);
   EXPECT_EQ(chat.error, httplib::Error::Read);
   const std::vector<json> events = JsonEvents(chat);
   ASSERT_EQ(events.size(), 2u) << chat.body;
   for (const json& event : events) {
-    EXPECT_EQ(event["choices"][0]["delta"],
-              json({{"role", "assistant"}, {"content", ""}}));
+    EXPECT_EQ(event["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
   }
   EXPECT_EQ(StreamText(chat), "");
 
   SetFault({{"kind", "metadata_then_silence"}});
   const HttpCapture completion =
-      Stream("/v1/completions", CompletionBody("x", 3, true), "meta-2",
-             absl::Milliseconds(500));
+      Stream("/v1/completions", CompletionBody("x", 3, true), "meta-2", absl::Milliseconds(500));
   ASSERT_EQ(completion.events.size(), 1u);
   EXPECT_EQ(JsonEvents(completion)[0]["choices"][0]["text"], "");
   EXPECT_EQ(EndedRecord("meta-2")["end"], "client_gone");
@@ -155,9 +129,8 @@ TEST_F(SimFaultsTest, MetadataThenSilence) {
 
 TEST_F(SimFaultsTest, StallAfterTokens) {
   SetFault({{"kind", "stall_after_tokens"}, {"tokens", 3}});
-  const HttpCapture capture =
-      Stream("/v1/chat/completions", ChatBody("stall", 10, true), "stall-1",
-             absl::Milliseconds(500));
+  const HttpCapture capture = Stream("/v1/chat/completions", ChatBody("stall", 10, true), "stall-1",
+                                     absl::Milliseconds(500));
   EXPECT_EQ(capture.error, httplib::Error::Read);
   EXPECT_EQ(StreamText(capture), GenerateText("stall", 3));
   EXPECT_FALSE(capture.saw_done());
@@ -187,25 +160,20 @@ TEST_F(SimFaultsTest, CloseBeforeDoneDropsANonStreamingRequest) {
 
 TEST_F(SimFaultsTest, DoneBeforeToken) {
   SetFault({{"kind", "done_before_token"}, {"times", 2}});
-  const HttpCapture chat =
-      Stream("/v1/chat/completions", ChatBody("x", 3, true), "dbt-1");
+  const HttpCapture chat = Stream("/v1/chat/completions", ChatBody("x", 3, true), "dbt-1");
   ASSERT_EQ(chat.events.size(), 2u) << chat.body;
   EXPECT_EQ(json::parse(chat.events[0])["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(chat.events[1], "[DONE]");
-  const HttpCapture completion =
-      Stream("/v1/completions", CompletionBody("x", 3, true), "dbt-2");
+  const HttpCapture completion = Stream("/v1/completions", CompletionBody("x", 3, true), "dbt-2");
   ASSERT_EQ(completion.events.size(), 1u) << completion.body;
   EXPECT_EQ(completion.events[0], "[DONE]");
   EXPECT_EQ(EndedRecord("dbt-2")["end"], "fault");
 }
 
 TEST_F(SimFaultsTest, ErrorInStream) {
-  SetFault({{"kind", "error_in_stream"},
-            {"after_tokens", 2},
-            {"code", 503},
-            {"message", "overloaded"}});
-  const HttpCapture capture =
-      Stream("/v1/completions", CompletionBody("err", 5, true), "eis-1");
+  SetFault(
+      {{"kind", "error_in_stream"}, {"after_tokens", 2}, {"code", 503}, {"message", "overloaded"}});
+  const HttpCapture capture = Stream("/v1/completions", CompletionBody("err", 5, true), "eis-1");
   EXPECT_EQ(capture.status, 200);
   ASSERT_EQ(capture.events.size(), 4u) << capture.body;
   EXPECT_EQ(StreamText(capture), GenerateText("err", 2));
@@ -215,8 +183,7 @@ TEST_F(SimFaultsTest, ErrorInStream) {
   EXPECT_EQ(capture.events[3], "[DONE]");
 
   SetFault({{"kind", "error_in_stream"}});
-  const JsonReply reply =
-      PostJson(*sim_, "/v1/completions", CompletionBody("err", 5, false));
+  const JsonReply reply = PostJson(*sim_, "/v1/completions", CompletionBody("err", 5, false));
   EXPECT_EQ(reply.status, 500);
   EXPECT_EQ(reply.json["error"]["message"], "Internal server error");
 }
@@ -249,8 +216,7 @@ TEST_F(SimFaultsTest, DescriptorFaults) {
 
   // Descriptor rules never touch decode requests.
   SetFault({{"kind", "no_descriptor"}, {"times", -1}});
-  const HttpCapture decode =
-      Stream("/v1/completions", CompletionBody("x", 2, true), "desc-d");
+  const HttpCapture decode = Stream("/v1/completions", CompletionBody("x", 2, true), "desc-d");
   EXPECT_TRUE(decode.saw_done());
   absl::StatusOr<json> faults = sim_->Faults();
   ASSERT_TRUE(faults.ok());
@@ -259,8 +225,7 @@ TEST_F(SimFaultsTest, DescriptorFaults) {
 
 TEST_F(SimFaultsTest, SlowTokens) {
   SetFault({{"kind", "slow_tokens"}, {"interval_ms", 150}});
-  const HttpCapture capture =
-      Stream("/v1/completions", CompletionBody("slow", 4, true), "slow-1");
+  const HttpCapture capture = Stream("/v1/completions", CompletionBody("slow", 4, true), "slow-1");
   EXPECT_TRUE(capture.saw_done());
   EXPECT_EQ(StreamText(capture), GenerateText("slow", 4));
   EXPECT_GE(capture.elapsed, absl::Milliseconds(450));
@@ -273,8 +238,7 @@ TEST_F(SimFaultsTest, RulesApplyInOrderAndCountDown) {
                   .ok());
   std::vector<int> statuses;
   for (int i = 0; i < 4; ++i) {
-    statuses.push_back(
-        PostJson(*sim_, "/v1/completions", CompletionBody("x", 1, false)).status);
+    statuses.push_back(PostJson(*sim_, "/v1/completions", CompletionBody("x", 1, false)).status);
   }
   EXPECT_EQ(statuses, (std::vector<int>{429, 429, 502, 200}));
   absl::StatusOr<json> faults = sim_->Faults();
@@ -289,31 +253,25 @@ TEST_F(SimFaultsTest, InvalidDocumentsAreRejectedWhole) {
   const JsonReply reply = PostJson(*sim_, "/sim/faults", json::parse(R"({"faults":[
       {"kind":"drop_connection"},{"kind":"frob"}]})"));
   EXPECT_EQ(reply.status, 400);
-  EXPECT_EQ(reply.json["error"]["message"],
-            "faults[1].kind: unknown fault kind \"frob\"");
+  EXPECT_EQ(reply.json["error"]["message"], "faults[1].kind: unknown fault kind \"frob\"");
   absl::StatusOr<json> faults = sim_->Faults();
   ASSERT_TRUE(faults.ok());
   EXPECT_TRUE((*faults)["faults"].empty());
-  EXPECT_TRUE(sim_->SetFaults(json::parse(
-                                  R"({"faults":[{"kind":"http_status","status":99}]})"))
+  EXPECT_TRUE(sim_->SetFaults(json::parse(R"({"faults":[{"kind":"http_status","status":99}]})"))
                   .message()
-                  .find("faults[0].status: must be an integer 100..599") !=
-              std::string::npos);
+                  .find("faults[0].status: must be an integer 100..599") != std::string::npos);
 }
 
 TEST_F(SimFaultsTest, DeleteClearsRules) {
   SetFault({{"kind", "drop_connection"}, {"times", -1}});
   ASSERT_TRUE(sim_->ClearFaults().ok());
-  EXPECT_EQ(PostJson(*sim_, "/v1/completions", CompletionBody("x", 1, false)).status,
-            200);
+  EXPECT_EQ(PostJson(*sim_, "/v1/completions", CompletionBody("x", 1, false)).status, 200);
 }
 
 TEST(SimSilenceBoundTest, MaxSilenceEndsASilence) {
   auto sim = SimProcess::Start({"--max-silence-s", "0.3"});
   ASSERT_TRUE(sim.ok()) << sim.status();
-  ASSERT_TRUE((*sim)->SetFaults(json::parse(
-                                    R"({"faults":[{"kind":"stall_after_tokens"}]})"))
-                  .ok());
+  ASSERT_TRUE((*sim)->SetFaults(json::parse(R"({"faults":[{"kind":"stall_after_tokens"}]})")).ok());
   HttpCaptureOptions options;
   options.headers = {{"X-Request-Id", "bound-1"}};
   const HttpCapture capture =
@@ -323,8 +281,8 @@ TEST(SimSilenceBoundTest, MaxSilenceEndsASilence) {
   EXPECT_LT(capture.elapsed, absl::Seconds(5));
   EXPECT_GE(capture.elapsed, absl::Milliseconds(300));
   EXPECT_EQ(StreamText(capture), GenerateText("x", 1));
-  std::optional<json> record = WaitForRecord(
-      **sim, "bound-1", [](const json& r) { return !r["end"].is_null(); });
+  std::optional<json> record =
+      WaitForRecord(**sim, "bound-1", [](const json& r) { return !r["end"].is_null(); });
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ((*record)["end"], "fault");
 }

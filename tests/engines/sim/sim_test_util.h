@@ -2,6 +2,7 @@
 #ifndef NARWHAL_TESTS_SIM_SIM_TEST_UTIL_H_
 #define NARWHAL_TESTS_SIM_SIM_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <functional>
@@ -16,6 +17,31 @@
 
 namespace narwhal::testing {
 
+// The fixture of a suite that shares one narwhal-sim process, started with
+// `--engine-id Derived::kEngineId` before the suite's first test and stopped
+// after its last; each test starts with no fault rules and an empty request
+// log.
+template <typename Derived>
+class OneSimTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto started = SimProcess::Start({"--engine-id", Derived::kEngineId});
+    ASSERT_TRUE(started.ok()) << started.status();
+    sim_ = started->release();
+  }
+  static void TearDownTestSuite() {
+    delete sim_;
+    sim_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(sim_, nullptr);
+    ASSERT_TRUE(sim_->ClearFaults().ok());
+    ASSERT_TRUE(sim_->ClearRequests().ok());
+  }
+
+  static inline SimProcess* sim_ = nullptr;
+};
+
 // The model narwhal-sim serves by default.
 inline constexpr char kSimModel[] = "Qwen/Qwen3-0.6B";
 
@@ -27,14 +53,12 @@ struct JsonReply {
 };
 
 // POSTs `body` as JSON and reads the whole reply.
-JsonReply PostJson(const SimProcess& sim, const std::string& path,
-                   const nlohmann::json& body,
+JsonReply PostJson(const SimProcess& sim, const std::string& path, const nlohmann::json& body,
                    const httplib::Headers& headers = {},
                    absl::Duration read_timeout = absl::Seconds(10));
 
 // POSTs `body` and captures the raw exchange (streams included).
-HttpCapture PostStream(const SimProcess& sim, const std::string& path,
-                       const nlohmann::json& body,
+HttpCapture PostStream(const SimProcess& sim, const std::string& path, const nlohmann::json& body,
                        HttpCaptureOptions options = {});
 
 // Capture options that send "X-Request-Id: <id>".
@@ -47,20 +71,17 @@ std::vector<nlohmann::json> JsonEvents(const HttpCapture& capture);
 std::string StreamText(const HttpCapture& capture);
 
 // A one-message chat body / a completions body.
-nlohmann::json ChatBody(const std::string& content, int max_tokens,
-                        bool stream);
-nlohmann::json CompletionBody(const std::string& prompt, int max_tokens,
-                              bool stream);
+nlohmann::json ChatBody(const std::string& content, int max_tokens, bool stream);
+nlohmann::json CompletionBody(const std::string& prompt, int max_tokens, bool stream);
 
 // The producer leg the router sends (B1) for `body`.
 nlohmann::json PrefillBody(nlohmann::json body);
 
 // Polls sim.Requests() until `pred` holds for the record with this
 // X-Request-Id (at most `timeout`); returns the record when it did.
-std::optional<nlohmann::json> WaitForRecord(
-    SimProcess& sim, const std::string& request_id,
-    const std::function<bool(const nlohmann::json&)>& pred,
-    absl::Duration timeout = absl::Seconds(10));
+std::optional<nlohmann::json> WaitForRecord(SimProcess& sim, const std::string& request_id,
+                                            const std::function<bool(const nlohmann::json&)>& pred,
+                                            absl::Duration timeout = absl::Seconds(10));
 
 }  // namespace narwhal::testing
 

@@ -87,26 +87,10 @@ Streamed Collect(const HttpCapture& capture) {
   return out;
 }
 
-class SimTokenIdsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto started = SimProcess::Start({"--engine-id", "ids0"});
-    ASSERT_TRUE(started.ok()) << started.status();
-    sim_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete sim_;
-    sim_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(sim_, nullptr);
-    ASSERT_TRUE(sim_->ClearFaults().ok());
-  }
-
-  static SimProcess* sim_;
+class SimTokenIdsTest : public OneSimTest<SimTokenIdsTest> {
+ public:
+  static constexpr char kEngineId[] = "ids0";
 };
-
-SimProcess* SimTokenIdsTest::sim_ = nullptr;
 
 TEST_F(SimTokenIdsTest, CompletionBodyCarriesBothInItsChoice) {
   const std::string prompt = "The quick brown fox";
