@@ -31,7 +31,7 @@ struct AttemptFailure {
   bool retry_scheduled = false;
   std::string retry_reason;  // allowed, connect_failover, output_started, attempt_limit,
                              // non_transient, original_deadline, shared_budget, no_engine,
-                             // cancelled
+                             // cancelled, continuation (B29)
 };
 
 // One continuation (B29) or refusal to continue (B30), as the journal's
