@@ -153,7 +153,7 @@ std::string_view ContinuationOutcomeName(ContinuationOutcome o) {
   return "failed";
 }
 
-std::string_view ContinuationRefusal(Api api, const json& body) {
+std::string_view ContinuationRefusal(const json& body) {
   if (!body.is_object()) return "request";
   if (IntegerAbove(body, "n", 1)) return "n";
   if (IntegerAbove(body, "best_of", 1)) return "best_of";
@@ -187,7 +187,6 @@ std::string_view ContinuationRefusal(Api api, const json& body) {
     return "logprobs";
   }
   if (NonZero(body, "presence_penalty") || NonZero(body, "frequency_penalty")) return "penalties";
-  (void)api;
   return "";
 }
 
@@ -220,7 +219,7 @@ long long RemainingBudget(Api api, const json& body, long long sent, long long t
   return -1;
 }
 
-json ContinuationBody(Api api, const json& body, const std::vector<uint32_t>& ids, long long sent,
+json ContinuationBody(const json& body, const std::vector<uint32_t>& ids, long long sent,
                       long long max_tokens) {
   json out = body;
   for (const char* key : {"messages",
@@ -257,7 +256,6 @@ json ContinuationBody(Api api, const json& body, const std::vector<uint32_t>& id
     }
   }
   out["return_token_ids"] = true;
-  (void)api;
   return out;
 }
 

@@ -39,14 +39,14 @@ inline constexpr ContinuationOutcome kContinuationOutcomes[] = {
     ContinuationOutcome::kContinued, ContinuationOutcome::kRefused, ContinuationOutcome::kFailed,
     ContinuationOutcome::kNoBudget};
 
-// Why `body` (a validated client request of `api`) cannot be continued
+// Why `body` (a validated client request, either endpoint) cannot be continued
 // exactly, or "" when it can: "n" (n > 1), "best_of", "echo",
 // "structured_output" (response_format json_schema/json_object, guided_*,
 // structured_outputs), "tools", "stop" (stop strings), "logprobs"
 // (logprobs, top_logprobs, prompt_logprobs: their offsets and shapes restart
 // on a new leg), "penalties" (presence/frequency penalties count only a
 // leg's own output).
-std::string_view ContinuationRefusal(engines::Api api, const nlohmann::json& body);
+std::string_view ContinuationRefusal(const nlohmann::json& body);
 
 // Whether the client asked for token ids (return_token_ids true).
 bool ClientAsksTokenIds(const nlohmann::json& body);
@@ -62,13 +62,12 @@ bool ContinuableFailure(const engines::EngineFailure& f);
 long long RemainingBudget(engines::Api api, const nlohmann::json& body, long long sent,
                           long long total, long long max_model_len);
 
-// The continuation leg's /v1/completions body for a client `body` of `api`:
+// The continuation leg's /v1/completions body for a client `body` (either endpoint):
 // `prompt` = `ids` (the prompt's token ids followed by the generated ones),
 // max_tokens = `max_tokens`, min_tokens reduced by `sent`, return_token_ids
 // true, chat-only and prompt fields removed.
-nlohmann::json ContinuationBody(engines::Api api, const nlohmann::json& body,
-                                const std::vector<uint32_t>& ids, long long sent,
-                                long long max_tokens);
+nlohmann::json ContinuationBody(const nlohmann::json& body, const std::vector<uint32_t>& ids,
+                                long long sent, long long max_tokens);
 
 // `data` (a valid JSON object) without its `token_ids` and
 // `prompt_token_ids` members, at any depth, into *out: a byte-level edit

@@ -202,7 +202,7 @@ class Router::Run {
     executor_ = executor;
     const ContinuationSettings& cs = request_.config->settings.continuation;
     if (cs.enabled) {
-      continuation_refusal_ = ContinuationRefusal(request_.api, request_.body);
+      continuation_refusal_ = ContinuationRefusal(request_.body);
       // The engines are asked for token ids only when the request could move.
       if (continuation_refusal_.empty()) {
         ids_body_ = request_.body;
@@ -741,8 +741,7 @@ class Router::Run {
     ++continuations_;
     continuing_ = true;
     continuation_ids_ = ledger_->ContinuationPrompt();
-    continuation_body_ =
-        ContinuationBody(request_.api, request_.body, continuation_ids_, sent, budget);
+    continuation_body_ = ContinuationBody(request_.body, continuation_ids_, sent, budget);
     ledger_->StartContinuation();
     LogInfo("request " + request_.rid + ": continuing after token " + std::to_string(sent) + " (" +
             f.iid + " failed: " + f.detail + ")");

@@ -262,7 +262,7 @@ TEST_F(RouterContinuationTest, B30_EachStaticRefusalIsNamed) {
   for (const auto& [extra, reason] : cases) {
     json body = base;
     body.update(extra);
-    EXPECT_EQ(ContinuationRefusal(Api::kCompletions, body), reason) << body.dump();
+    EXPECT_EQ(ContinuationRefusal(body), reason) << body.dump();
   }
   json fine = base;
   fine.update({{"n", 1},
@@ -272,13 +272,9 @@ TEST_F(RouterContinuationTest, B30_EachStaticRefusalIsNamed) {
                {"logprobs", nullptr},
                {"presence_penalty", 0},
                {"response_format", {{"type", "text"}}}});
-  EXPECT_EQ(ContinuationRefusal(Api::kCompletions, fine), "");
-  EXPECT_EQ(
-      ContinuationRefusal(Api::kChatCompletions, {{"messages", json::array()}, {"logprobs", true}}),
-      "logprobs");
-  EXPECT_EQ(ContinuationRefusal(Api::kChatCompletions,
-                                {{"messages", json::array()}, {"logprobs", false}}),
-            "");
+  EXPECT_EQ(ContinuationRefusal(fine), "");
+  EXPECT_EQ(ContinuationRefusal({{"messages", json::array()}, {"logprobs", true}}), "logprobs");
+  EXPECT_EQ(ContinuationRefusal({{"messages", json::array()}, {"logprobs", false}}), "");
 }
 
 TEST_F(RouterContinuationTest, B30_AnEngineWithoutTokenIdsIsRefused) {
