@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -59,21 +60,22 @@ absl::Status Failed(const std::string& message) {
   return absl::FailedPreconditionError("narwhal-serve: " + message);
 }
 
-// A gRPC server for `service` and grpc.reflection.v1 (`reflection`) on
+// A gRPC server for the service `add` registers and grpc.reflection.v1
+// (`reflection`) on
 // `address` (port 0 picks one; *bound gets the actual port), or null when it
 // cannot bind. A second server on the same port fails instead of sharing it
 // (no SO_REUSEPORT). `max_receive_bytes` > 0 replaces gRPC's bound on a
 // received message. gRPC's health and v1alpha reflection services join
 // every server by themselves.
 std::unique_ptr<grpc::Server> StartGrpcServer(
-    const std::string& address, grpc::Service* service, ReflectionV1Service* reflection,
-    const std::shared_ptr<grpc::ServerCredentials>& credentials, int* bound,
-    int max_receive_bytes = 0) {
+    const std::string& address, const std::function<void(grpc::ServerBuilder&)>& add,
+    ReflectionV1Service* reflection, const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    int* bound, int max_receive_bytes = 0) {
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(max_receive_bytes);
   builder.AddListeningPort(address, credentials, bound);
-  builder.RegisterService(service);
+  add(builder);
   builder.RegisterService(reflection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server && *bound == 0) server.reset();
@@ -394,14 +396,17 @@ absl::Status Server::Parts::StartListeners() {
   inference = std::make_unique<InferenceService>(settings, *router, clock, *loops,
                                                  EnvOrEmpty(settings.serving.api_key_env));
   SplitHostPort(settings.listen.grpc, &addresses.grpc_host, &addresses.grpc_port);
-  grpc_server =
-      StartGrpcServer(settings.listen.grpc, inference.get(), inference_reflection.get(),
-                      grpc_credentials, &addresses.grpc_port, GrpcMaxReceiveBytes(settings));
+  grpc_server = StartGrpcServer(
+      settings.listen.grpc, [this](grpc::ServerBuilder& b) { inference->AddTo(b); },
+      inference_reflection.get(), grpc_credentials, &addresses.grpc_port,
+      GrpcMaxReceiveBytes(settings));
   if (!grpc_server) return Failed("cannot bind the gRPC listener to " + settings.listen.grpc);
+  inference->Start();
 
   SplitHostPort(settings.listen.admin, &addresses.admin_host, &addresses.admin_port);
-  admin_server = StartGrpcServer(settings.listen.admin, admin.get(), admin_reflection.get(),
-                                 grpc_credentials, &addresses.admin_port);
+  admin_server = StartGrpcServer(
+      settings.listen.admin, [this](grpc::ServerBuilder& b) { b.RegisterService(admin.get()); },
+      admin_reflection.get(), grpc_credentials, &addresses.admin_port);
   if (!admin_server) return Failed("cannot bind the admin listener to " + settings.listen.admin);
 
   // grpc.health.v1 on both gRPC listeners follows /ready.
@@ -417,6 +422,9 @@ void Server::Parts::StopAll() {
   const auto soon = [] { return std::chrono::system_clock::now() + std::chrono::seconds(2); };
   grpc_health.reset();
   if (grpc_server) grpc_server->Shutdown(soon());
+  // Every call has ended: the door's acceptor and queues stop (the loops
+  // still run).
+  if (inference) inference->Stop();
   if (shim) {
     shim->StopAccepting();
     shim->Join();

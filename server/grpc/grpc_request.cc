@@ -69,10 +69,9 @@ bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
   }
   const size_t size = bytes.Length();
   if (max_bytes >= 0 && size > static_cast<unsigned long long>(max_bytes)) {
-    *error = {router::Reason::kTooLarge,
-              "request message of " + std::to_string(size) +
-                  " bytes exceeds serving.max_request_bytes (" + std::to_string(max_bytes) +
-                  " bytes)"};
+    *error = {router::Reason::kTooLarge, "request message of " + std::to_string(size) +
+                                             " bytes exceeds serving.max_request_bytes (" +
+                                             std::to_string(max_bytes) + " bytes)"};
     return false;
   }
   grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable one

@@ -22,9 +22,9 @@ void GrpcSink::Event(std::string_view data, const engines::StreamEvent& event) {
 void GrpcSink::WakeConsumer(std::unique_lock<std::mutex>& lock) {
   if (consumer_waiting_ && ready_) {
     consumer_waiting_ = false;
-    std::function<void()> ready = ready_;
+    // ready_ is set once, before the producer starts: called without a copy.
     lock.unlock();
-    ready();
+    ready_();
     lock.lock();
   }
 }
@@ -68,6 +68,8 @@ engines::Awaitable<bool> GrpcSink::Flush(engines::MonoTime deadline) {
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_) co_return false;
     WakeConsumer(lock);
+    // The usual case — the reader keeps up — needs no timer.
+    if (queue_.size() < capacity_) co_return true;
   }
   const bool room = co_await WaitUntil([this] { return queue_.size() < capacity_; }, deadline);
   co_return room;
@@ -77,6 +79,7 @@ engines::Awaitable<bool> GrpcSink::Drain(engines::MonoTime deadline) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     WakeConsumer(lock);
+    if (queue_.empty() && !closed_) co_return true;
   }
   const bool empty = co_await WaitUntil([this] { return queue_.empty(); }, deadline);
   co_return empty;

@@ -52,6 +52,7 @@ class GrpcSink : public router::ResponseSink {
   enum class Pop { kChunk, kEnd, kEmpty };
   // Non-blocking. On kEmpty the ready callback fires at the next chunk or end.
   Pop TryNext(GrpcChunk* chunk);
+  // Set once, before the router writes.
   void SetReadyCallback(std::function<void()> callback);
   // The outcome; valid once TryNext returned kEnd.
   const router::Outcome& outcome() const { return outcome_; }

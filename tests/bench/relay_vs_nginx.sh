@@ -34,6 +34,7 @@
 # ENGINE_THREADS (1), GRPC_CHANNELS (4), ISOLATE (1), PRIORITIZE (0; 1 with
 # --hold), SAMPLE_S (5), AFTER_S (5), KEEP_SCRATCH (0: the scratch directory
 # and its logs are removed; they are kept when the script fails).
+# ROWS (all five: direct direct_decode nginx http grpc) picks the rows to run.
 # Between runs it waits until the decode engine streams nothing.
 #
 # One machine stands in for separate hosts. ISOLATE=1 starts every process in
@@ -93,6 +94,7 @@ else
   STREAMS="${STREAMS:-256}" TOKEN_MS="${TOKEN_MS:-20}" DURATION_S="${DURATION_S:-20}"
 fi
 TOKENS="${TOKENS:-256}" PROMPT_WORDS="${PROMPT_WORDS:-512}" RAMP_S="${RAMP_S:-1}" API="${API:-completions}"
+ROWS="${ROWS:-direct direct_decode nginx http grpc}"
 [[ "$API" == completions || "$API" == chat ]] || { echo "relay_vs_nginx: API must be completions or chat" >&2; exit 2; }
 PREFILL_MS="${PREFILL_MS:-0}" BENCH_THREADS="${BENCH_THREADS:-1}"
 ENGINE_THREADS="${ENGINE_THREADS:-1}" GRPC_CHANNELS="${GRPC_CHANNELS:-4}"
@@ -296,15 +298,15 @@ echo "# engines p0:$p0_port (pid $p0_pid) d0:$d0_port (pid $d0_pid); narwhal-ser
 if [[ "$hold" == 0 ]]; then
   start_nginx
   echo "# nginx $("$nginx_bin" -v 2>&1 | sed 's/.*: //') on 127.0.0.1:$nginx_port (pids $nginx_pids)"
-  bench direct --mode direct --prefill "http://127.0.0.1:$p0_port" --decode "http://127.0.0.1:$d0_port"
-  settle
-  bench direct_decode --mode decode-only --target "127.0.0.1:$d0_port"
-  settle
-  bench nginx --mode decode-only --target "127.0.0.1:$nginx_port" --pid "$nginx_pids"
-  settle
-  bench http --mode http --target "$http_addr" --pid "$serve_pid"
-  settle
-  bench grpc --mode grpc --target "$grpc_addr" --pid "$serve_pid"
+  want() { [[ " $ROWS " == *" $1 "* ]]; }
+  want direct &&
+    bench direct --mode direct --prefill "http://127.0.0.1:$p0_port" --decode "http://127.0.0.1:$d0_port" &&
+    settle
+  want direct_decode && bench direct_decode --mode decode-only --target "127.0.0.1:$d0_port" && settle
+  want nginx && bench nginx --mode decode-only --target "127.0.0.1:$nginx_port" --pid "$nginx_pids" &&
+    settle
+  want http && bench http --mode http --target "$http_addr" --pid "$serve_pid" && settle
+  want grpc && bench grpc --mode grpc --target "$grpc_addr" --pid "$serve_pid"
 
   s="$scratch"
   nginx_fpc=$(jnum "$s/nginx.json" frames_per_relay_cpu_s)
@@ -315,6 +317,7 @@ if [[ "$hold" == 0 ]]; then
     "relay cpu" "bench cpu" "lag p99" "frames/s" errors ""
   row() {  # LABEL NAME BASELINE
     local f="$s/$2.json" b="$s/$3.json" fpc p50 p99 added="-" vs="-" fpcs="-" rcpu="-"
+    [[ -f "$f" ]] || return 0  # not in ROWS
     fpc=$(jnum "$f" frames_per_relay_cpu_s)
     p50=$(jnum "$f" ttft_p50_ms)
     p99=$(jnum "$f" ttft_p99_ms)
@@ -323,7 +326,7 @@ if [[ "$hold" == 0 ]]; then
       rcpu=$(calc "100 * $(jnum "$f" relay_cpu_share)" "%.0f%%")
       [[ -n "$nginx_fpc" ]] && vs=$(calc "$fpc / $nginx_fpc" "%.2fx")
     fi
-    if [[ "$3" != - && -n "$p50" ]]; then
+    if [[ "$3" != - && -f "$b" && -n "$p50" ]]; then
       added="$(calc "$p50 - $(jnum "$b" ttft_p50_ms)" "%+.1f")/$(calc "$p99 - $(jnum "$b" ttft_p99_ms)" "%+.1f")ms"
     fi
     printf "$fmt" "$1" "$fpcs" "$vs" "$(calc "${p50:-0}" "%.1fms")" "$(calc "${p99:-0}" "%.1fms")" \
@@ -344,6 +347,7 @@ if [[ "$hold" == 0 ]]; then
   echo "#   show whether the load driver kept up; errors: failed requests (cut: in flight at"
   echo "#   the end, counted as neither)."
   for n in direct direct_decode nginx http grpc; do
+    [[ -f "$s/$n.json" ]] || continue
     e=$(jerr "$s/$n.json")
     [[ -n "$e" ]] && echo "# first error ($n): $e"
     lag_warning "$n" "$s/$n.json"

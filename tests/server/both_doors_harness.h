@@ -25,13 +25,15 @@ class BothDoorsTest : public HttpDoorTest {
     Start(FastOptions(), api_key);
     service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
     grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
+    service_->AddTo(builder);
     server_ = builder.BuildAndStart();
+    if (server_) service_->Start();
     stub_ = pb::Inference::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
   }
 
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (service_) service_->Stop();
     HttpDoorTest::TearDown();
   }
 

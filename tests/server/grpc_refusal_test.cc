@@ -92,8 +92,9 @@ class GrpcRefusalTest : public ::testing::Test {
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.SetMaxReceiveMessageSize(GrpcMaxReceiveBytes(settings_));
-    builder.RegisterService(service_.get());
+    service_->AddTo(builder);
     server_ = builder.BuildAndStart();
+    if (server_) service_->Start();
     ASSERT_NE(server_, nullptr);
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                    grpc::InsecureChannelCredentials());
@@ -101,6 +102,7 @@ class GrpcRefusalTest : public ::testing::Test {
 
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    if (service_) service_->Stop();
     router_.reset();
     journal_.reset();
     if (!journal_path_.empty()) ::unlink(journal_path_.c_str());

@@ -56,14 +56,16 @@ class GrpcTlsTest : public ::testing::Test {
     service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, "");
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", ListenerCredentials(&*pem), &port_);
-    builder.RegisterService(service_.get());
+    service_->AddTo(builder);
     server_ = builder.BuildAndStart();
+    if (server_) service_->Start();
     ASSERT_TRUE(server_);
     ASSERT_NE(port_, 0);
   }
 
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    if (service_) service_->Stop();
     server_.reset();
     service_.reset();
     router_.reset();

@@ -44,13 +44,15 @@ class InferenceServiceTest : public ::testing::Test {
         std::make_unique<router::Router>(settings_, *fake_, *fleet_, clock_, nullptr, nullptr, 7);
     service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
     grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
+    service_->AddTo(builder);
     server_ = builder.BuildAndStart();
+    if (server_) service_->Start();
     stub_ = pb::Inference::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
   }
 
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    if (service_) service_->Stop();
     router_.reset();
   }
 
