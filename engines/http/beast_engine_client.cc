@@ -4,12 +4,6 @@
 #include <netinet/tcp.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cstdint>
-#include <limits>
-#include <memory>
-#include <optional>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
@@ -20,6 +14,11 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
 
 #include "engines/http/connection_pool.h"
 #include "engines/http/connector.h"
@@ -53,7 +52,8 @@ std::string Cause(const error_code& ec) {
   if (ec == asio::error::connection_refused) return "connection refused";
   if (ec == asio::error::connection_reset) return "connection reset by the engine";
   if (ec == asio::error::broken_pipe) return "connection closed by the engine while sending";
-  if (ec == asio::error::eof || ec == http::error::end_of_stream || ec == http::error::partial_message) {
+  if (ec == asio::error::eof || ec == http::error::end_of_stream ||
+      ec == http::error::partial_message) {
     return "connection closed by the engine";
   }
   if (ec == asio::error::host_not_found || ec == asio::error::host_not_found_try_again) {
@@ -167,6 +167,9 @@ Awaitable<error_code> ReadFinalHeader(tcp::socket& socket, beast::flat_buffer& b
 }
 
 // The socket of a leg, shared with a cancellation posted from another thread.
+// What one socket read of a decode stream may take.
+constexpr size_t kDecodeReadBytes = 4096;
+
 struct LegIo {
   LegIo(const Executor& executor, size_t buffer_limit) : socket(executor), buffer(buffer_limit) {}
   void Close() {
@@ -183,8 +186,8 @@ struct LegIo {
 // One leg's connection, timer and cancel hook.
 class Leg {
  public:
-  Leg(const Clock& clock, const Executor& executor, std::string host, int port,
-      CancelToken* cancel, size_t buffer_limit)
+  Leg(const Clock& clock, const Executor& executor, std::string host, int port, CancelToken* cancel,
+      size_t buffer_limit)
       : clock_(clock),
         executor_(executor),
         host_(std::move(host)),
@@ -340,7 +343,7 @@ EngineFailure TransportFailure(Phase phase, const EngineTarget& target, const er
 }  // namespace
 
 Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api api,
-                                                    const json& client_body, LegOptions options) {
+                                                     const json& client_body, LegOptions options) {
   // The options in force when the leg starts (a reload may change them).
   const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
   const HttpEngineClientOptions& opts = *opts_held;
@@ -464,8 +467,8 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     const int status = parser.get().result_int();
     const std::string& response = parser.get().body();
     if (status < 200 || status > 299) {
-      out.failure = ClassifyEngineStatus(kPhase, producer.iid, status,
-                                         EngineErrorMessage(response), /*in_stream=*/false);
+      out.failure = ClassifyEngineStatus(kPhase, producer.iid, status, EngineErrorMessage(response),
+                                         /*in_stream=*/false);
     } else {
       std::string why;
       std::optional<json> descriptor;
@@ -499,9 +502,9 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
 // The decode leg's I/O: DecodeStream (engines/http/decode_stream.h) decides,
 // this loop moves the bytes and arms the timer as it says.
 Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
-                                                  const PrefillResult& handoff,
-                                                  const json& client_body, bool client_streams,
-                                                  LegOptions options, DecodeObserver& observer) {
+                                                   const PrefillResult& handoff,
+                                                   const json& client_body, bool client_streams,
+                                                   LegOptions options, DecodeObserver& observer) {
   // The options in force when the leg starts (a reload may change them).
   const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
   const HttpEngineClientOptions& opts = *opts_held;
@@ -550,6 +553,12 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   if (!ec && !leg.cancelled() && !timer.fired()) {
     stream.Head(parser->get().result_int());
     char chunk[16 * 1024];
+    // Room for several events per socket read: Beast reads into the free
+    // space of this buffer (at least 512 bytes), and a read that fills it
+    // makes the next one try the socket again before waiting for it (a
+    // wasted recv whenever the engine was ahead of the client by more
+    // than that).
+    leg.io().buffer.reserve(std::min(kDecodeReadBytes, leg.io().buffer.max_size()));
     // A response whose head was all of it (an error status with an empty
     // body) is complete: reading on would wait for bytes that never come.
     while (!ec && !parser->is_done()) {
@@ -591,10 +600,10 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
         leg.Pool(opts.max_idle_connections);
       }
     } else if (!leg.cancelled()) {
-      asio::co_spawn(executor,
-                     DrainAndPool(leg.shared_io(), parser, clock_, leg.key(),
-                                  opts.max_idle_connections),
-                     asio::detached);
+      asio::co_spawn(
+          executor,
+          DrainAndPool(leg.shared_io(), parser, clock_, leg.key(), opts.max_idle_connections),
+          asio::detached);
     }
     co_return stream.Finish({});
   }
@@ -612,8 +621,8 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
 }
 
 Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::string method,
-                                                     std::string path, std::string body,
-                                                     double timeout_s) {
+                                                      std::string path, std::string body,
+                                                      double timeout_s) {
   // The options in force when the leg starts (a reload may change them).
   const std::shared_ptr<const HttpEngineClientOptions> opts_held = options_.Get();
   const HttpEngineClientOptions& opts = *opts_held;
@@ -664,8 +673,7 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
     out.error = TooManyInterimResponses("response");
   } else if (ec == http::error::body_limit) {
     out.error = "response exceeds " + std::to_string(opts.max_response_bytes) + " bytes";
-  } else if (std::string bound = ResponseBoundError(ec, parser, opts, "response");
-             !bound.empty()) {
+  } else if (std::string bound = ResponseBoundError(ec, parser, opts, "response"); !bound.empty()) {
     out.error = std::move(bound);
   } else if (ec) {
     out.error = (parser.is_header_done() ? "connection lost while reading the response from "

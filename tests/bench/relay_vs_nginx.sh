@@ -34,7 +34,8 @@
 # ENGINE_THREADS (1), GRPC_CHANNELS (4), ISOLATE (1), PRIORITIZE (0; 1 with
 # --hold), SAMPLE_S (5), AFTER_S (5), KEEP_SCRATCH (0: the scratch directory
 # and its logs are removed; they are kept when the script fails).
-# ROWS (all five: direct direct_decode nginx http grpc) picks the rows to run.
+# ROWS (all five: direct direct_decode nginx http grpc) picks the rows to run
+# (with --hold: the doors, http and grpc).
 # Between runs it waits until the decode engine streams nothing.
 #
 # One machine stands in for separate hosts. ISOLATE=1 starts every process in
@@ -95,6 +96,7 @@ else
 fi
 TOKENS="${TOKENS:-256}" PROMPT_WORDS="${PROMPT_WORDS:-512}" RAMP_S="${RAMP_S:-1}" API="${API:-completions}"
 ROWS="${ROWS:-direct direct_decode nginx http grpc}"
+want() { [[ " $ROWS " == *" $1 "* ]]; }
 [[ "$API" == completions || "$API" == chat ]] || { echo "relay_vs_nginx: API must be completions or chat" >&2; exit 2; }
 PREFILL_MS="${PREFILL_MS:-0}" BENCH_THREADS="${BENCH_THREADS:-1}"
 ENGINE_THREADS="${ENGINE_THREADS:-1}" GRPC_CHANNELS="${GRPC_CHANNELS:-4}"
@@ -184,7 +186,7 @@ cat >"$scratch/fleet.json" <<JSON
  "engines": [
    {"iid": "p0", "url": "http://127.0.0.1:$p0_port", "role": "prefill"},
    {"iid": "d0", "url": "http://127.0.0.1:$d0_port", "role": "decode"}],
- "serving": {"max_inflight": $((STREAMS + 64))},
+ "serving": {"max_inflight": $((STREAMS + 64)), "max_connections": $((STREAMS > 4032 ? STREAMS + 64 : 4096))},
  "continuation": {"enabled": $([ "${CONTINUATION:-0}" = 1 ] && echo true || echo false)},
  "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30}}
 JSON
@@ -298,7 +300,6 @@ echo "# engines p0:$p0_port (pid $p0_pid) d0:$d0_port (pid $d0_pid); narwhal-ser
 if [[ "$hold" == 0 ]]; then
   start_nginx
   echo "# nginx $("$nginx_bin" -v 2>&1 | sed 's/.*: //') on 127.0.0.1:$nginx_port (pids $nginx_pids)"
-  want() { [[ " $ROWS " == *" $1 "* ]]; }
   want direct &&
     bench direct --mode direct --prefill "http://127.0.0.1:$p0_port" --decode "http://127.0.0.1:$d0_port" &&
     settle
@@ -428,8 +429,9 @@ report_hold() {  # DOOR
   echo "   router GET /health then: $health"
 }
 
-doors=(http)
-[[ "$HOLD_GRPC" == 1 ]] && doors+=(grpc)
+doors=()
+want http && doors+=(http)
+[[ "$HOLD_GRPC" == 1 ]] && want grpc && doors+=(grpc)
 for door in "${doors[@]}"; do
   samples="$scratch/$door.samples"
   sample before >"$samples"
