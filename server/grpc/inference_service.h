@@ -93,7 +93,7 @@ class InferenceService final : public RawInferenceService {
   bool stopping() const { return stopping_.load(); }
 
   // Request slots open per method and loop.
-  static constexpr int kSlotsPerLoop = 4;
+  static constexpr int kSlotsPerLoop = 16;
 
  private:
   void Accept();

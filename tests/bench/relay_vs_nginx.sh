@@ -310,7 +310,8 @@ if [[ "$hold" == 0 ]]; then
   want grpc && bench grpc --mode grpc --target "$grpc_addr" --pid "$serve_pid"
 
   s="$scratch"
-  nginx_fpc=$(jnum "$s/nginx.json" frames_per_relay_cpu_s)
+  nginx_fpc=""
+  [[ -f "$s/nginx.json" ]] && nginx_fpc=$(jnum "$s/nginx.json" frames_per_relay_cpu_s)
   # shellcheck disable=SC2059  # one format for the header and the rows
   fmt="%-14s %12s %8s %9s %9s %17s %9s %9s %8s %9s %6s %s\n"
   echo
