@@ -34,6 +34,8 @@
 # ENGINE_THREADS (1), GRPC_CHANNELS (4), ISOLATE (1), PRIORITIZE (0; 1 with
 # --hold), SAMPLE_S (5), AFTER_S (5), KEEP_SCRATCH (0: the scratch directory
 # and its logs are removed; they are kept when the script fails).
+# IO_THREADS (unset: the router's default, one per core) sets the router's
+# serving.io_threads.
 # ROWS (all five: direct direct_decode nginx http grpc) picks the rows to run
 # (with --hold: the doors, http and grpc).
 # Between runs it waits until the decode engine streams nothing.
@@ -181,12 +183,14 @@ start_engine d0
 d0_pid=$last_pid
 d0_port=$(grep -o 'port=[0-9]*' "$scratch/d0.out" | cut -d= -f2)
 
+io_threads_json=""
+[[ -n "${IO_THREADS:-}" ]] && io_threads_json=", \"io_threads\": $IO_THREADS"
 cat >"$scratch/fleet.json" <<JSON
 {"model": "Qwen/Qwen3-0.6B",
  "engines": [
    {"iid": "p0", "url": "http://127.0.0.1:$p0_port", "role": "prefill"},
    {"iid": "d0", "url": "http://127.0.0.1:$d0_port", "role": "decode"}],
- "serving": {"max_inflight": $((STREAMS + 64)), "max_connections": $((STREAMS > 4032 ? STREAMS + 64 : 4096))},
+ "serving": {"max_inflight": $((STREAMS + 64)), "max_connections": $((STREAMS > 4032 ? STREAMS + 64 : 4096))$io_threads_json},
  "continuation": {"enabled": $([ "${CONTINUATION:-0}" = 1 ] && echo true || echo false)},
  "engine": {"first_token_timeout_s": 30, "decode_read_timeout_s": 30}}
 JSON
