@@ -38,6 +38,10 @@ struct EngineTarget {
 struct LegOptions {
   // Fresh per attempt and phase (B8); sent as X-Request-Id.
   std::string backend_request_id;
+  // W3C trace context headers for the leg (router/trace_context.h); not
+  // sent when empty.
+  std::string traceparent;
+  std::string tracestate;
   // The original client request's deadline. Passing it ends the leg with
   // FailureReason::kDeadline (no breaker evidence).
   MonoTime request_deadline = MonoTime::max();

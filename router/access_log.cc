@@ -52,6 +52,7 @@ json AccessLog::Line(const Request& request, const Outcome& outcome, const Reque
       {"ts", Iso8601(finished_wall)},
       {"rid", request.rid},
       {"client_rid", OrNull(request.client_rid)},
+      {"trace_id", OrNull(request.trace.trace_id)},
       {"door", DoorName(request.door)},
       {"api", engines::ApiLabel(request.api)},
       {"model", std::move(model)},

@@ -40,6 +40,7 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
   json row = {
       {"rid", request.rid},
       {"client_rid", NullIfEmpty(request.client_rid)},
+      {"trace_id", NullIfEmpty(request.trace.trace_id)},
       {"api", engines::ApiLabel(request.api)},
       {"door", DoorName(request.door)},
       {"stream", request.stream},

@@ -8,6 +8,7 @@
 
 #include "engines/api.h"
 #include "router/common/live_settings.h"
+#include "router/trace_context.h"
 
 namespace narwhal::router {
 
@@ -17,6 +18,8 @@ std::string_view DoorName(Door door);  // "http" / "grpc"
 struct Request {
   std::string rid;         // router-generated; the x-request-id sent to the client
   std::string client_rid;  // the client's own X-Request-Id, if any
+  // The client's W3C trace context, or one the router started.
+  TraceContext trace;
   Door door = Door::kHttp;
   engines::Api api = engines::Api::kCompletions;
   bool stream = false;  // the client reads a stream (else the router assembles)

@@ -347,6 +347,7 @@ class Router::Run {
     if (!planned) planned = r_.fleet_.ReserveDecode(excluded_, producer_target.iid);
     engines::LegOptions prefill_options;
     prefill_options.backend_request_id = BackendId(attempt, 'p');  // B8
+    TraceLeg(&prefill_options);
     prefill_options.request_deadline = request_.deadline;
     const MonoTime handoff_start = r_.clock_.Now();  // B7: handoff age starts here
     prefill_options.leg_deadline =
@@ -449,6 +450,7 @@ class Router::Run {
     // --- decode (B3, B4) ---
     engines::LegOptions decode_options;
     decode_options.backend_request_id = BackendId(attempt, 'd');  // B8
+    TraceLeg(&decode_options);
     decode_options.request_deadline = request_.deadline;
     LegCancel decode_cancel(sink_->cancel_token(), consumer.engine());
     decode_options.cancel = decode_cancel.token();
@@ -758,6 +760,18 @@ class Router::Run {
   void RefundCredit() {
     if (credit_held_) r_.retry_budget_.Refund();
     credit_held_ = false;
+  }
+
+  // The leg's W3C trace context: a child of the request's trace, with a
+  // span id of its own.
+  void TraceLeg(engines::LegOptions* options) const {
+    if (request_.trace.trace_id.empty()) return;
+    char span[17];
+    uint64_t id = 0;
+    while (id == 0) id = r_.Rng()();  // an all-zero span id is invalid
+    std::snprintf(span, sizeof(span), "%016llx", static_cast<unsigned long long>(id));
+    options->traceparent = request_.trace.ChildTraceparent(span);
+    options->tracestate = request_.trace.tracestate;
   }
 
   // The engine leg's request id; it carries the client's own id, if any

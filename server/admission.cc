@@ -80,6 +80,10 @@ router::Request RequestAdmission::NewRequest(const DoorRequest& door) const {
   r.config = book_.CurrentConfig();
   r.rid = book_.NewRequestId();
   r.client_rid = SaneClientRequestId(door.client_request_id);
+  // The client's trace is continued; without a valid one the router starts
+  // one whose id is the request's own (32 random hex digits).
+  r.trace = router::ParseTraceparent(door.traceparent.value_or(""), door.tracestate.value_or(""))
+                .value_or(router::NewTrace(r.rid));
   r.door = door.door;
   r.api = door.api;
   r.stream = door.stream;

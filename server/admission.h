@@ -107,6 +107,9 @@ struct DoorRequest {
   std::optional<std::string_view> authorization;
   // The client's own request id as sent ("" when none); kept when sane.
   std::string_view client_request_id;
+  // The W3C trace context headers (or metadata), if sent.
+  std::optional<std::string_view> traceparent;
+  std::optional<std::string_view> tracestate;
   // Time the client allows from arrival (the gRPC deadline), if it set one.
   std::optional<engines::MonoClock::duration> client_time_left;
 };

@@ -275,10 +275,15 @@ class Leg {
 http::request<http::string_body> LegRequest(http::verb verb, std::string_view path,
                                             const std::string& host_header,
                                             const std::string& request_id,
-                                            const std::string& api_key, std::string body) {
+                                            const std::string& api_key, std::string body,
+                                            const LegOptions* trace = nullptr) {
   http::request<http::string_body> req{verb, std::string(path), 11};
   req.set(http::field::host, host_header);
   if (!request_id.empty()) req.set("X-Request-Id", request_id);
+  if (trace != nullptr && !trace->traceparent.empty()) {
+    req.set("traceparent", trace->traceparent);
+    if (!trace->tracestate.empty()) req.set("tracestate", trace->tracestate);
+  }
   req.set(http::field::accept, "application/json, text/event-stream");
   if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
   if (!body.empty() || verb == http::verb::post) {
@@ -407,7 +412,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
     leg.timer().Arm(deadline, deadline_bound);
 
     auto req = LegRequest(http::verb::post, ApiPath(api), leg.key(), options.backend_request_id,
-                          opts.api_key, body);
+                          opts.api_key, body, &options);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
     const auto make_parser = [&opts] {
       auto p = std::make_shared<StringParser>(opts);
@@ -535,7 +540,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
     connected = true;
     arm(stream.Connected());
     auto req = LegRequest(http::verb::post, ApiPath(handoff.endpoint()), leg.key(),
-                          options.backend_request_id, opts.api_key, body);
+                          options.backend_request_id, opts.api_key, body, &options);
     co_await http::async_write(leg.io().socket, req, Redirect(ec));
     if (!ec) stream.RequestSent();
     const auto make_parser = [&opts] {

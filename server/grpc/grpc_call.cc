@@ -31,6 +31,12 @@ DoorRequest GrpcDoorRequest(const GrpcCall& call, const GrpcMetadata& metadata,
     door.api = engines::Api::kChatCompletions;
   }
   door.authorization = Metadata(metadata, "authorization");
+  if (metadata.count(grpc::string_ref("traceparent")) == 1) {
+    door.traceparent = Metadata(metadata, "traceparent");
+  }
+  if (metadata.count(grpc::string_ref("tracestate")) == 1) {
+    door.tracestate = Metadata(metadata, "tracestate");
+  }
   // The message's id when it carries one (even one that is not sane: then
   // the client has none), else the metadata's.
   if (call.decoded && !call.message.request_id().empty()) {

@@ -17,6 +17,19 @@ std::optional<std::string_view> AuthorizationHeader(const HttpRequest& request) 
   return std::string_view(it->value().data(), it->value().size());
 }
 
+namespace {
+
+// The one value of header `name`; nullopt when absent or repeated (a
+// repeated traceparent is invalid, and repeated tracestates would have to be
+// joined: both are dropped).
+std::optional<std::string_view> SingleHeader(const HttpRequest& request, std::string_view name) {
+  if (request.count(name) != 1) return std::nullopt;
+  auto it = request.find(name);
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+}  // namespace
+
 DoorRequest HttpDoorRequest(const HttpRequest& request, std::string_view path) {
   DoorRequest door;
   door.door = router::Door::kHttp;
@@ -24,6 +37,8 @@ DoorRequest HttpDoorRequest(const HttpRequest& request, std::string_view path) {
   door.authorization = AuthorizationHeader(request);
   const auto client_rid = request["X-Request-Id"];
   door.client_request_id = std::string_view(client_rid.data(), client_rid.size());
+  door.traceparent = SingleHeader(request, "traceparent");
+  door.tracestate = SingleHeader(request, "tracestate");
   return door;
 }
 

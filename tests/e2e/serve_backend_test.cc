@@ -213,8 +213,7 @@ TEST_F(ServeBackendTest, B3InvalidDescriptorIs502InvalidContinuationAndDecodeGet
   EXPECT_TRUE(SimRequests(Sim("d0")).empty())
       << "the decode engine must receive nothing when the descriptor is rejected";
   for (const auto& [kind, rejection] : kFaults) {
-    EXPECT_EQ(MetricSum(Metrics(router), "narwhal_handoff_rejected_total",
-                        {{"reason", rejection}}),
+    EXPECT_EQ(MetricSum(Metrics(router), "narwhal_handoff_rejected_total", {{"reason", rejection}}),
               2)
         << kind;
   }
@@ -367,8 +366,8 @@ TEST_F(ServeBackendTest, B7HandoffOlderThanTheLimitIs504HandoffExpired) {
   // at most its release (a one-token pull, x-request-id "<rid>-1r").
   for (const json& r : SimRequests(Sim("d0"))) {
     const std::string id = r["headers"].value("x-request-id", "");
-    EXPECT_TRUE(!id.empty() && id.back() == 'r') << "an expired handoff must not be dispatched: "
-                                                  << r.dump();
+    EXPECT_TRUE(!id.empty() && id.back() == 'r')
+        << "an expired handoff must not be dispatched: " << r.dump();
     EXPECT_EQ(r["body"].value("max_tokens", 0), 1) << r.dump();
   }
   EXPECT_EQ(MetricSum(Metrics(router), "narwhal_handoff_rejected_total", {{"reason", "expired"}}),
@@ -923,6 +922,49 @@ TEST_F(ServeBackendTest, B19ClientGoneBeforeTheFirstTokenClosesTheDecodeLeg) {
     EXPECT_TRUE(rows[0]["status"].is_null()) << rows[0].dump();
     EXPECT_EQ(rows[0]["attempts"], 1);
   }
+}
+
+}  // namespace
+}  // namespace narwhal::testing
+
+namespace narwhal::testing {
+namespace {
+
+// W3C trace context through the HTTP door: the client's trace reaches both
+// engine legs as children with spans of their own, and the journal names it.
+TEST_F(ServeBackendTest, TheClientsTraceparentReachesBothLegsAsItsChildren) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  const std::string trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  HttpCapture c = Send(router, kCompletions, Completion("traced prompt", 3, true),
+                       WithHeaders({{"traceparent", "00-" + trace + "-00f067aa0ba902b7-01"},
+                                    {"tracestate", "congo=t61rcWkgMzE"}}));
+  ASSERT_EQ(c.status, 200) << Describe(c);
+  std::vector<json> legs = SimRequests(Sim("p0"), "prefill");
+  for (const json& d : SimRequests(Sim("d0"), "decode")) legs.push_back(d);
+  ASSERT_EQ(legs.size(), 2u);
+  std::set<std::string> spans;
+  for (const json& leg : legs) {
+    const std::string tp = leg["headers"].value("traceparent", "");
+    ASSERT_EQ(tp.size(), 55u) << leg.dump();
+    EXPECT_EQ(tp.substr(0, 36), "00-" + trace + "-") << tp;
+    EXPECT_EQ(tp.substr(52), "-01") << tp;
+    spans.insert(tp.substr(36, 16));
+    EXPECT_EQ(leg["headers"].value("tracestate", ""), "congo=t61rcWkgMzE");
+  }
+  EXPECT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans.count("00f067aa0ba902b7"), 0u);
+  EXPECT_EQ(JournalRow(router, c)["trace_id"], trace);
+
+  // Without one the router starts a trace: the legs share its id, which the
+  // journal names.
+  HttpCapture fresh = Send(router, kCompletions, Completion("untraced prompt", 2, true));
+  ASSERT_EQ(fresh.status, 200) << Describe(fresh);
+  const std::string started = JournalRow(router, fresh).value("trace_id", "");
+  ASSERT_EQ(started.size(), 32u);
+  EXPECT_EQ(started, Header(fresh, "x-request-id"));  // the request's own id
+  const std::vector<json> decodes = SimRequests(Sim("d0"), "decode");
+  ASSERT_EQ(decodes.size(), 2u);
+  EXPECT_EQ(decodes[1]["headers"].value("traceparent", "").substr(3, 32), started);
 }
 
 }  // namespace

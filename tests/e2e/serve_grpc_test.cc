@@ -138,7 +138,6 @@ HttpOutcome OutcomeOf(const HttpCapture& c) {
   return o;
 }
 
-
 // Splits concatenated JSON documents (buf curl prints one per message).
 std::vector<json> JsonDocuments(const std::string& text) {
   std::vector<json> docs;
@@ -639,6 +638,31 @@ TEST_F(ServeGrpcTest, ClientCancelAgreesBetweenHttpAndGrpc) {
         return cancelled == 3;
       },
       absl::Seconds(10)));
+}
+
+}  // namespace
+}  // namespace narwhal::testing
+
+namespace narwhal::testing {
+namespace {
+
+// W3C trace context through the gRPC door: `traceparent` metadata.
+TEST_F(ServeGrpcTest, TheClientsTraceparentMetadataReachesBothLegs) {
+  ServeProcess& router = StartRouter({"p0", "d0"});
+  const std::string trace = "0af7651916cd43dd8448eb211c80319c";
+  grpc::ClientContext context;
+  context.AddMetadata("traceparent", "00-" + trace + "-b7ad6b7169203331-01");
+  CountRequest(router);
+  GrpcOutcome g = Generate(router.grpc_target(), GenerateRequest("traced over grpc", 3), &context);
+  ASSERT_EQ(g.code, grpc::StatusCode::OK) << g.message;
+  std::vector<json> legs = SimRequests(Sim("p0"), "prefill");
+  for (const json& d : SimRequests(Sim("d0"), "decode")) legs.push_back(d);
+  ASSERT_EQ(legs.size(), 2u);
+  for (const json& leg : legs) {
+    EXPECT_EQ(leg["headers"].value("traceparent", "").substr(0, 36), "00-" + trace + "-")
+        << leg.dump();
+  }
+  EXPECT_EQ(JournalRowFor(router, g.request_id)["trace_id"], trace);
 }
 
 }  // namespace

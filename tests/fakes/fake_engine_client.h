@@ -26,24 +26,23 @@
 #define NARWHAL_TESTS_FAKES_FAKE_ENGINE_CLIENT_H_
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <nlohmann/json.hpp>
 
 #include "engines/api.h"
 #include "engines/cancel_token.h"
@@ -115,16 +114,16 @@ inline engines::EngineFailure RequestDeadline() {
 // --- Decode payloads. ---
 
 inline std::string CompletionChunk(const std::string& text, const std::string& finish = "") {
-  nlohmann::json c = {{"id", "cmpl-1"},
-                      {"object", "text_completion"},
-                      {"created", 1700000000},
-                      {"model", "m"},
-                      {"choices",
-                       {{{"index", 0},
-                         {"text", text},
-                         {"logprobs", nullptr},
-                         {"finish_reason", finish.empty() ? nlohmann::json(nullptr)
-                                                          : nlohmann::json(finish)}}}}};
+  nlohmann::json c = {
+      {"id", "cmpl-1"},
+      {"object", "text_completion"},
+      {"created", 1700000000},
+      {"model", "m"},
+      {"choices",
+       {{{"index", 0},
+         {"text", text},
+         {"logprobs", nullptr},
+         {"finish_reason", finish.empty() ? nlohmann::json(nullptr) : nlohmann::json(finish)}}}}};
   return c.dump();
 }
 inline std::string ChatRoleChunk() {
@@ -139,15 +138,15 @@ inline std::string ChatRoleChunk() {
   return c.dump();
 }
 inline std::string ChatChunk(const std::string& content, const std::string& finish = "") {
-  nlohmann::json c = {{"id", "chatcmpl-1"},
-                      {"object", "chat.completion.chunk"},
-                      {"created", 1700000000},
-                      {"model", "m"},
-                      {"choices",
-                       {{{"index", 0},
-                         {"delta", nlohmann::json::object()},
-                         {"finish_reason", finish.empty() ? nlohmann::json(nullptr)
-                                                          : nlohmann::json(finish)}}}}};
+  nlohmann::json c = {
+      {"id", "chatcmpl-1"},
+      {"object", "chat.completion.chunk"},
+      {"created", 1700000000},
+      {"model", "m"},
+      {"choices",
+       {{{"index", 0},
+         {"delta", nlohmann::json::object()},
+         {"finish_reason", finish.empty() ? nlohmann::json(nullptr) : nlohmann::json(finish)}}}}};
   if (!content.empty()) c["choices"][0]["delta"]["content"] = content;
   return c.dump();
 }
@@ -171,8 +170,8 @@ inline constexpr const char* kDone = "[DONE]";
 // --- Scripts. ---
 
 struct PrefillStep {
-  Duration latency{};                        // fake time the leg takes
-  std::optional<nlohmann::json> descriptor;  // success: this descriptor (default: generated)
+  Duration latency{};                             // fake time the leg takes
+  std::optional<nlohmann::json> descriptor;       // success: this descriptor (default: generated)
   std::optional<engines::EngineFailure> failure;  // set: the leg fails after `latency`
   bool block_until_cancelled = false;
   std::function<void()> on_start;  // runs first, on the leg's thread
@@ -263,11 +262,13 @@ struct PrefillCall {
   engines::Api api = engines::Api::kCompletions;
   nlohmann::json body;
   std::string backend_request_id;
+  std::string traceparent;  // the leg's W3C trace context headers
+  std::string tracestate;
   engines::MonoTime request_deadline{};
   std::optional<engines::MonoTime> leg_deadline;
   engines::MonoTime started{};  // fake time at the call
   bool has_cancel_token = false;
-  bool saw_cancel = false;  // the leg ended because its cancel token fired
+  bool saw_cancel = false;                       // the leg ended because its cancel token fired
   std::optional<engines::PrefillResult> result;  // what the leg returned
   std::optional<engines::EngineFailure> failure;
 };
@@ -278,6 +279,8 @@ struct DecodeCall {
   nlohmann::json body;
   bool client_streams = false;
   std::string backend_request_id;
+  std::string traceparent;
+  std::string tracestate;
   engines::MonoTime request_deadline{};
   std::optional<engines::MonoTime> leg_deadline;
   engines::MonoTime started{};
@@ -363,6 +366,8 @@ class FakeEngineClient : public engines::AsyncEngineClient {
       call.api = api;
       call.body = client_body;
       call.backend_request_id = options.backend_request_id;
+      call.traceparent = options.traceparent;
+      call.tracestate = options.tracestate;
       call.request_deadline = options.request_deadline;
       call.leg_deadline = options.leg_deadline;
       call.started = Now();
@@ -433,6 +438,8 @@ class FakeEngineClient : public engines::AsyncEngineClient {
       call.body = client_body;
       call.client_streams = client_streams;
       call.backend_request_id = options.backend_request_id;
+      call.traceparent = options.traceparent;
+      call.tracestate = options.tracestate;
       call.request_deadline = options.request_deadline;
       call.leg_deadline = options.leg_deadline;
       call.started = Now();

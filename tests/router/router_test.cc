@@ -1492,3 +1492,50 @@ TEST_F(RouterTest, EveryRequestWritesExactlyOneJournalRow) {
 
 }  // namespace
 }  // namespace narwhal::router
+
+namespace narwhal::router {
+namespace {
+
+// W3C trace context: every engine leg carries a child of the request's
+// trace with a span of its own; the journal names the trace.
+TEST_F(RouterTest, EveryLegCarriesAChildOfTheRequestsTraceAndTheJournalNamesIt) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  Request req = MakeRequest(true);
+  const std::string rid = req.rid;
+  req.trace = *ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                                "congo=t61rcWkgMzE");
+  ASSERT_EQ(Run(std::move(req)).outcome.terminal, Terminal::kCompleted);
+  std::set<std::string> spans;
+  std::vector<std::string> headers;
+  for (const auto& p : fake_.prefill_calls()) headers.push_back(p.traceparent);
+  for (const auto& d : fake_.decode_calls()) headers.push_back(d.traceparent);
+  ASSERT_EQ(headers.size(), 4u);  // two attempts, two legs each
+  for (const std::string& h : headers) {
+    ASSERT_EQ(h.size(), 55u) << h;
+    EXPECT_EQ(h.substr(0, 36), "00-4bf92f3577b34da6a3ce929d0e0e4736-") << h;
+    EXPECT_EQ(h.substr(52), "-01") << h;
+    EXPECT_NE(h.substr(36, 16), "00f067aa0ba902b7");  // not the client's span
+    spans.insert(h.substr(36, 16));
+  }
+  EXPECT_EQ(spans.size(), 4u);  // one span per leg
+  for (const auto& d : fake_.decode_calls()) EXPECT_EQ(d.tracestate, "congo=t61rcWkgMzE");
+  EXPECT_EQ(Row(rid).value("trace_id", ""), "4bf92f3577b34da6a3ce929d0e0e4736");
+}
+
+TEST_F(RouterTest, ARequestWithoutATraceSendsNoTraceHeaders) {
+  Start();
+  Request req = MakeRequest(true);  // no trace (the doors always give one)
+  const std::string rid = req.rid;
+  ASSERT_EQ(Run(std::move(req)).outcome.terminal, Terminal::kCompleted);
+  ASSERT_EQ(fake_.prefill_calls().size(), 1u);
+  EXPECT_EQ(fake_.prefill_calls()[0].traceparent, "");
+  EXPECT_EQ(fake_.decode_calls()[0].traceparent, "");
+  EXPECT_TRUE(Row(rid)["trace_id"].is_null());
+}
+
+}  // namespace
+}  // namespace narwhal::router

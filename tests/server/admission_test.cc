@@ -82,21 +82,18 @@ struct TableCase {
 
 // What each door sent before the doors shared this path.
 constexpr TableCase kTable[] = {
-    {Reason::kUnauthorized, Terminal::kRejected, "unauthorized", 401,
-     ErrorType::kUnauthorized},
+    {Reason::kUnauthorized, Terminal::kRejected, "unauthorized", 401, ErrorType::kUnauthorized},
     {Reason::kModelNotFound, Terminal::kInvalid, "model_not_found", 404,
      ErrorType::kInvalidRequest},
     {Reason::kInvalidRequest, Terminal::kInvalid, "invalid_request", 400,
      ErrorType::kInvalidRequest},
     {Reason::kTooLarge, Terminal::kInvalid, "too_large", 413, ErrorType::kInvalidRequest},
-    {Reason::kMalformedHttp, Terminal::kInvalid, "malformed_http", 400,
-     ErrorType::kInvalidRequest},
+    {Reason::kMalformedHttp, Terminal::kInvalid, "malformed_http", 400, ErrorType::kInvalidRequest},
     {Reason::kMalformedMessage, Terminal::kInvalid, "malformed_message", 400,
      ErrorType::kInvalidRequest},
     {Reason::kHeadersTooLarge, Terminal::kInvalid, "headers_too_large", 431,
      ErrorType::kInvalidRequest},
-    {Reason::kHeaderTimeout, Terminal::kInvalid, "header_timeout", 408,
-     ErrorType::kInvalidRequest},
+    {Reason::kHeaderTimeout, Terminal::kInvalid, "header_timeout", 408, ErrorType::kInvalidRequest},
     {Reason::kCancelled, Terminal::kCancelled, "cancelled", 499, ErrorType::kNone},
 };
 
@@ -216,8 +213,7 @@ TEST_F(AdmissionTest, InvalidBodyIsInvalidRequestWithTheBodysApi) {
 
 TEST_F(AdmissionTest, DoorBodyRefusalsAreJournaledAsTheyCame) {
   const RequestAdmission admission(settings_, clock_, "", book_);
-  for (const Reason kind :
-       {Reason::kTooLarge, Reason::kMalformedMessage, Reason::kCancelled}) {
+  for (const Reason kind : {Reason::kTooLarge, Reason::kMalformedMessage, Reason::kCancelled}) {
     const AdmissionResult r = admission.Admit(DoorRequest(), [kind] {
       DoorBody body;
       body.refusal = Refusal{kind, "door says no", ""};
@@ -287,6 +283,41 @@ TEST_F(AdmissionTest, ClientDeadlineOnlyShortensAndOddClientIdsAreDropped) {
   r = Admit(admission, door, body);
   EXPECT_EQ(r.request.deadline, r.request.arrived + 30s);
   EXPECT_EQ(r.request.rid, "rid-2");
+}
+
+}  // namespace
+}  // namespace narwhal::server
+
+namespace narwhal::server {
+namespace {
+
+TEST_F(AdmissionTest, TheClientsTraceIsContinuedElseOneIsStarted) {
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  const RequestAdmission admission(settings_, clock_, "", book_);
+  DoorRequest door;
+  door.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  door.tracestate = "congo=t61rcWkgMzE";
+  AdmissionResult a = Admit(admission, door, body);
+  ASSERT_TRUE(a.admitted());
+  EXPECT_EQ(a.request.trace.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(a.request.trace.parent_id, "00f067aa0ba902b7");
+  EXPECT_EQ(a.request.trace.tracestate, "congo=t61rcWkgMzE");
+
+  // None, or an invalid one (its tracestate goes with it): a new trace each.
+  door.traceparent = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
+  AdmissionResult b = Admit(admission, door, body);
+  door.traceparent.reset();
+  door.tracestate.reset();
+  AdmissionResult c = Admit(admission, door, body);
+  for (const AdmissionResult* r : {&b, &c}) {
+    ASSERT_TRUE(r->admitted());
+    EXPECT_EQ(r->request.trace.trace_id.size(), 32u);
+    EXPECT_FALSE(r->request.trace.continued());
+    EXPECT_EQ(r->request.trace.tracestate, "");
+    EXPECT_TRUE(router::ParseTraceparent(r->request.trace.ChildTraceparent("00f067aa0ba902b7"), "")
+                    .has_value());
+  }
+  EXPECT_NE(b.request.trace.trace_id, c.request.trace.trace_id);
 }
 
 }  // namespace

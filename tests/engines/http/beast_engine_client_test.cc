@@ -291,6 +291,28 @@ class BeastEngineClientTest : public ::testing::Test {
 
 // --- B1, B2: the prefill leg ----------------------------------------------------
 
+TEST_F(BeastEngineClientTest, BothLegsSendTheirTraceContextHeaders) {
+  Adapter client(FastOptions());
+  LegOptions prefill = Leg("rid-p-t");
+  prefill.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  prefill.tracestate = "congo=t61rcWkgMzE";
+  PrefillOutcome out = client.Prefill(p0_, Api::kCompletions, CompletionBody(), prefill);
+  ASSERT_TRUE(out.ok()) << out.failure->detail;
+  LegOptions decode = Leg("rid-d-t");
+  decode.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01";
+  Recorder rec;
+  ASSERT_TRUE(client.Decode(d0_, *out.result, CompletionBody(), true, decode, rec).ok());
+
+  const std::vector<json> p = InferenceRecords(*producer_);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0]["headers"]["traceparent"], prefill.traceparent);
+  EXPECT_EQ(p[0]["headers"]["tracestate"], "congo=t61rcWkgMzE");
+  const std::vector<json> d = InferenceRecords(*consumer_);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0]["headers"]["traceparent"], decode.traceparent);
+  EXPECT_FALSE(d[0]["headers"].contains("tracestate"));  // none given for this leg
+}
+
 TEST_F(BeastEngineClientTest, B1_PrefillBodyAndHeaders) {
   Adapter client(FastOptions());
   PrefillOutcome out = client.Prefill(p0_, Api::kChatCompletions, ChatBody(), Leg("rid-p-1"));
@@ -305,6 +327,8 @@ TEST_F(BeastEngineClientTest, B1_PrefillBodyAndHeaders) {
   EXPECT_EQ(r["headers"]["x-request-id"], "rid-p-1");
   EXPECT_THAT(r["headers"].value("content-type", ""), StartsWith("application/json"));
   EXPECT_FALSE(r["headers"].contains("authorization"));
+  EXPECT_FALSE(r["headers"].contains("traceparent"));  // none given
+  EXPECT_FALSE(r["headers"].contains("tracestate"));
   EXPECT_EQ(r["status"], 200);
 
   json expected = ChatBody();
