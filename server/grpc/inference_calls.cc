@@ -35,7 +35,7 @@ void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
 }
 
 // What both methods share: the slot, the hand-over to the loop, admission,
-// the sink and the cancel.
+// the sink, the cancel and the reactions other than a write's.
 class InferenceCall : public GrpcAsyncCall {
  protected:
   InferenceCall(InferenceService& service, int loop, bool stream)
@@ -47,24 +47,69 @@ class InferenceCall : public GrpcAsyncCall {
     return Hold(op);
   }
 
-  // The done notification's tag; registered before the slot opens, counted
-  // once the call arrived.
-  void* DoneTag() { return Hold(Op::kDone); }
+  // Registers the done notification and returns the request slot's tag.
+  void* SlotTag() {
+    // Counted once the call arrived (a slot the shutdown closes never sees it).
+    context_.AsyncNotifyWhenDone(Hold(Op::kDone));
+    return Hold(Op::kRequest);
+  }
 
-  // On the loop: admits the call and, if admitted, runs its request.
-  virtual void Begin() = 0;
   // Writes what the sink has for the client (on the loop).
   virtual void Pump() = 0;
+  // Ends the call with `status`, refusing it (on the loop).
+  virtual void Refuse(const grpc::Status& status) = 0;
+  // A write completed (Generate only).
+  virtual void Written(bool /*ok*/) {}
 
-  // Admits the call; on a refusal finishes it with `finish` and returns false.
-  template <typename Finish>
-  bool AdmitAndSubmit(grpc::ServerContext& context, const grpc::ByteBuffer& request,
-                      Finish finish) {
+  InferenceService& service_;
+  const int loop_;
+  const bool stream_;
+  LoopCompletionQueue& queue_;
+  grpc::ServerContext context_;
+  grpc::ByteBuffer request_;
+  std::string rid_;
+  std::shared_ptr<GrpcSink> channel_;
+  bool finished_ = false;  // the finish was started
+
+ private:
+  void React(Op op, bool ok) final {
+    switch (op) {
+      case Op::kRequest:
+        Arrived(ok);
+        return;
+      case Op::kWrite:
+        Written(ok);
+        return;
+      case Op::kFinish:
+        return;
+      case Op::kDone:  // the call is over, ended by its finish or by the client (B19)
+        done_ = true;
+        if (channel_ && context_.IsCancelled()) channel_->Cancel();
+        return;
+    }
+  }
+
+  // The request slot was filled (acceptor thread) or closed by a shutdown.
+  void Arrived(bool ok) {
+    if (!ok) {  // the server is shutting down: the call never started
+      Release(Op::kDone);
+      return;
+    }
+    if (!service_.stopping()) OpenInferenceSlot(service_, loop_, stream_);
+    boost::asio::post(
+        service_.executor(loop_),
+        [self = std::static_pointer_cast<InferenceCall>(shared_from_this())] { self->Begin(); });
+  }
+
+  // On the loop: admits the call and, if admitted, runs its request.
+  void Begin() {
     queue_.Started(/*done=*/true);  // the done notification is in flight now
-    AdmissionResult admission = service_.Admit(&context, request, stream_);
+    AdmissionResult admission = service_.Admit(&context_, request_, stream_);
+    request_.Clear();
     if (!admission.admitted()) {
-      finish(GrpcStatusFor(admission.outcome, admission.request.rid));
-      return false;
+      finished_ = true;
+      Refuse(GrpcStatusFor(admission.outcome, admission.request.rid));
+      return;
     }
     rid_ = admission.request.rid;
     channel_ = service_.NewSink();
@@ -84,34 +129,10 @@ class InferenceCall : public GrpcAsyncCall {
     });
     service_.Submit(std::move(admission.request), channel_, loop_);
     // The client may have gone before the call reached this loop.
-    if (done_ && context.IsCancelled()) channel_->Cancel();
-    return true;
+    if (done_ && context_.IsCancelled()) channel_->Cancel();
+    Pump();
   }
 
-  // The request slot was filled (acceptor thread) or closed by a shutdown.
-  void Arrived(bool ok) {
-    if (!ok) {  // the server is shutting down: the call never started
-      Release(Op::kDone);
-      return;
-    }
-    if (!service_.stopping()) OpenInferenceSlot(service_, loop_, stream_);
-    boost::asio::post(
-        service_.executor(loop_),
-        [self = std::static_pointer_cast<InferenceCall>(shared_from_this())] { self->Begin(); });
-  }
-
-  // The call is over, ended by its finish or by the client (B19).
-  void Ended(grpc::ServerContext& context) {
-    done_ = true;
-    if (channel_ && context.IsCancelled()) channel_->Cancel();
-  }
-
-  InferenceService& service_;
-  const int loop_;
-  const bool stream_;
-  LoopCompletionQueue& queue_;
-  std::string rid_;
-  std::shared_ptr<GrpcSink> channel_;
   bool done_ = false;  // the done notification came
 };
 
@@ -120,20 +141,13 @@ class GenerateCall final : public InferenceCall {
   GenerateCall(InferenceService& service, int loop) : InferenceCall(service, loop, true) {}
 
   void Open() {
-    context_.AsyncNotifyWhenDone(DoneTag());
+    void* tag = SlotTag();
     service_.RequestGenerate(&context_, &request_, &writer_, queue_.cq(), service_.accept_queue(),
-                             Hold(Op::kRequest));
+                             tag);
   }
 
  private:
-  void Begin() override {
-    const bool admitted = AdmitAndSubmit(context_, request_, [this](const grpc::Status& status) {
-      finished_ = true;
-      writer_.Finish(status, Start(Op::kFinish));
-    });
-    request_.Clear();
-    if (admitted) Pump();
-  }
+  void Refuse(const grpc::Status& status) override { writer_.Finish(status, Start(Op::kFinish)); }
 
   // Writes the next message if none is in flight.
   void Pump() override {
@@ -183,36 +197,21 @@ class GenerateCall final : public InferenceCall {
     }
   }
 
-  void React(Op op, bool ok) override {
-    switch (op) {
-      case Op::kRequest:
-        Arrived(ok);
-        return;
-      case Op::kWrite:
-        writing_ = false;
-        if (!ok) {  // the stream broke: the client is gone
-          channel_->Cancel();
-          if (finished_) return;
-          finished_ = true;
-          writer_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"),
-                         Start(Op::kFinish));
-          return;
-        }
-        Pump();
-        return;
-      case Op::kFinish:
-        return;
-      case Op::kDone:
-        Ended(context_);
-        return;
+  void Written(bool ok) override {
+    writing_ = false;
+    if (!ok) {  // the stream broke: the client is gone
+      channel_->Cancel();
+      if (finished_) return;
+      finished_ = true;
+      writer_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"),
+                     Start(Op::kFinish));
+      return;
     }
+    Pump();
   }
 
-  grpc::ServerContext context_;
-  grpc::ByteBuffer request_;
   grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_{&context_};
   bool writing_ = false;
-  bool finished_ = false;
   long long tokens_ = 0;
   narwhal::v1::GenerateResponse response_;
   grpc::ByteBuffer wire_;  // response_ serialized, held until its write is done
@@ -223,19 +222,14 @@ class CompleteCall final : public InferenceCall {
   CompleteCall(InferenceService& service, int loop) : InferenceCall(service, loop, false) {}
 
   void Open() {
-    context_.AsyncNotifyWhenDone(DoneTag());
+    void* tag = SlotTag();
     service_.RequestComplete(&context_, &request_, &responder_, queue_.cq(),
-                             service_.accept_queue(), Hold(Op::kRequest));
+                             service_.accept_queue(), tag);
   }
 
  private:
-  void Begin() override {
-    const bool admitted = AdmitAndSubmit(context_, request_, [this](const grpc::Status& status) {
-      finished_ = true;
-      responder_.FinishWithError(status, Start(Op::kFinish));
-    });
-    request_.Clear();
-    if (admitted) Pump();
+  void Refuse(const grpc::Status& status) override {
+    responder_.FinishWithError(status, Start(Op::kFinish));
   }
 
   void Pump() override {
@@ -275,24 +269,7 @@ class CompleteCall final : public InferenceCall {
     responder_.Finish(wire_, grpc::Status::OK, Start(Op::kFinish));
   }
 
-  void React(Op op, bool ok) override {
-    switch (op) {
-      case Op::kRequest:
-        Arrived(ok);
-        return;
-      case Op::kWrite:
-      case Op::kFinish:
-        return;
-      case Op::kDone:
-        Ended(context_);
-        return;
-    }
-  }
-
-  grpc::ServerContext context_;
-  grpc::ByteBuffer request_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&context_};
-  bool finished_ = false;
   grpc::ByteBuffer wire_;
 };
 
