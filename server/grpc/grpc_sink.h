@@ -1,16 +1,18 @@
-// GrpcSink: the router's ResponseSink for a gRPC call (server/grpc/inference_service).
+// GrpcSink: the router's ResponseSink for a gRPC call (server/grpc/inference_calls).
 //
-// The router writes on its event loop; the call's reactor reads on gRPC's
-// threads. Between them sits a bounded queue of relayed chunks: Event()
-// queues one, Flush() wakes the reactor and completes while the queue has
-// room — when it is full the request's coroutine waits (without blocking its
-// loop) until the reactor takes a chunk, so a slow gRPC reader pauses the
-// engine read (B13) instead of growing memory. Drain() waits until the reactor
-// took everything. The reactor pops with TryNext() and is woken by the ready
-// callback; it never blocks either. Cancel() — the client went away — fails
-// further waits and fires the request's cancel token (B19).
+// The router writes on the request's event loop, and the call reads on the
+// same loop (the gRPC door's completion queues are driven by the loops).
+// Between them sits a bounded queue of relayed chunks: Event() queues one,
+// Flush() wakes the call and completes while the queue has room — when it
+// is full the request's coroutine waits (without blocking its loop) until the
+// call takes a chunk, so a slow gRPC reader pauses the engine read (B13)
+// instead of growing memory. Drain() waits until the call took everything.
+// The call pops with TryNext() and is woken by the ready callback; it never
+// blocks either. Cancel() — the client went away — fails further waits and
+// fires the request's cancel token (B19).
 //
-// Thread-safe for one producer (the router) and one consumer (the reactor).
+// Thread-safe for one producer (the router) and one consumer (the call),
+// whichever threads they run on.
 #ifndef NARWHAL_SERVER_GRPC_GRPC_SINK_H_
 #define NARWHAL_SERVER_GRPC_GRPC_SINK_H_
 
@@ -48,7 +50,7 @@ class GrpcSink : public router::ResponseSink {
   engines::Awaitable<bool> Drain(engines::MonoTime deadline) override;
   void Finish(router::Outcome outcome) override;
 
-  // --- consumer (the reactor) ---
+  // --- consumer (the call) ---
   enum class Pop { kChunk, kEnd, kEmpty };
   // Non-blocking. On kEmpty the ready callback fires at the next chunk or end.
   Pop TryNext(GrpcChunk* chunk);
