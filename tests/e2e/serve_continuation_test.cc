@@ -358,7 +358,12 @@ TEST_F(ServeContinuationTest, B29_ChaosTwoDecodersKilledDuring200Streams) {
   ServeProcess& router = StartRouterWith(
       fleet, {{"continuation", {{"enabled", true}, {"max_per_request", 2}, {"budget", 1000}}},
               // Streams hit before their first token are retried (B14).
-              {"serving", {{"max_inflight", 1000}, {"max_attempts", 3}, {"retry_budget", 1000}}}});
+              {"serving", {{"max_inflight", 1000}, {"max_attempts", 3}, {"retry_budget", 1000}}},
+              // The survivor takes a hundred continuations at once; on a
+              // loaded 2-core machine its first tokens can take over a
+              // second, and a stream may pause as long (a killed engine is seen
+              // at once: refused or closed).
+              {"engine", {{"first_token_timeout_s", 10}, {"decode_read_timeout_s", 5}}}});
   constexpr int kStreams = 200;
   constexpr int kChaosTokens = 40;
   // The uninterrupted answers (8 distinct prompts).
