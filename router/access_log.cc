@@ -53,6 +53,7 @@ json AccessLog::Line(const Request& request, const Outcome& outcome, const Reque
       {"rid", request.rid},
       {"client_rid", OrNull(request.client_rid)},
       {"trace_id", OrNull(request.trace.trace_id)},
+      {"tenant", OrNull(request.tenant)},
       {"door", DoorName(request.door)},
       {"api", engines::ApiLabel(request.api)},
       {"model", std::move(model)},

@@ -41,6 +41,7 @@ json JournalRow(const Request& request, const Outcome& outcome, const RequestRec
       {"rid", request.rid},
       {"client_rid", NullIfEmpty(request.client_rid)},
       {"trace_id", NullIfEmpty(request.trace.trace_id)},
+      {"tenant", NullIfEmpty(request.tenant)},
       {"api", engines::ApiLabel(request.api)},
       {"door", DoorName(request.door)},
       {"stream", request.stream},

@@ -52,6 +52,10 @@ std::string_view ReasonName(Reason r) {
       return "shutting_down";
     case Reason::kInflightLimit:
       return "inflight_limit";
+    case Reason::kTenantInflightLimit:
+      return "tenant_inflight_limit";
+    case Reason::kTenantRateLimit:
+      return "tenant_rate_limit";
     case Reason::kInternal:
       return "internal";
     case Reason::kContextLengthExceeded:

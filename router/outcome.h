@@ -42,6 +42,8 @@ enum class Reason {
   kNoEngine,               // no engine left to place a leg on
   kShuttingDown,           // draining
   kInflightLimit,          // serving.max_inflight
+  kTenantInflightLimit,    // serving.api_keys[].max_inflight
+  kTenantRateLimit,        // serving.api_keys[].requests_per_s
   kInternal,               // a router bug ended the request
   kContextLengthExceeded,  // the request cannot fit the model's max_model_len
   // Refused by a front door before the core.
@@ -68,6 +70,9 @@ struct Outcome {
   std::string message;          // error detail; starts with the SPEC §5 detail text
   std::string param;            // the request field at fault (OpenAI `param`), "" when none
   bool output_started = false;  // client-visible output had been sent (B16)
+  // A refusal's wait before a retry, in seconds, where it knows one (a
+  // tenant's token bucket); 0 = the status table's default.
+  int retry_after_s = 0;
 
   // B9, seconds from arrival; absent when the leg never got there.
   std::optional<double> ttft_s;

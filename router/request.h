@@ -13,6 +13,16 @@
 namespace narwhal::router {
 
 enum class Door { kHttp, kGrpc };
+
+// What an admitted request holds of a limit outside the router core (its
+// tenant's in-flight place, router/tenant_limits): given back once, by
+// Release() when the request ends (Router::Finish) or by the destructor
+// when the request is dropped unserved.
+class AdmissionHold {
+ public:
+  virtual ~AdmissionHold() = default;
+  virtual void Release() = 0;
+};
 std::string_view DoorName(Door door);  // "http" / "grpc"
 
 struct Request {
@@ -33,6 +43,10 @@ struct Request {
   // The config generation the request was admitted under: it keeps these
   // settings for its whole life (B20). Null: the router's current one.
   std::shared_ptr<const ConfigGeneration> config;
+  // The tenant whose API key the request carries (serving.api_keys[].name;
+  // "" = none), and its hold on the tenant's limits.
+  std::string tenant = {};
+  std::shared_ptr<AdmissionHold> tenant_hold = {};
 };
 
 }  // namespace narwhal::router

@@ -855,6 +855,7 @@ Router::Router(const Settings& settings, engines::AsyncEngineClient& engines, Fl
       journal_status_(journal_status),
       retry_budget_(settings.serving.retry_budget, settings.serving.retry_replenish),
       continuation_budget_(settings.continuation.budget, settings.continuation.replenish),
+      tenant_limits_(clock, metrics),
       releaser_(settings, engines, fleet, clock, metrics),
       seed_(seed) {
   if (metrics_ != nullptr) {
@@ -962,6 +963,7 @@ engines::Awaitable<void> Router::Serve(Request request, std::shared_ptr<Response
                        "router in-flight limit reached (" + std::to_string(max_inflight) + ")");
   }
   if (refusal) {
+    if (request.tenant_hold != nullptr) request.tenant_hold->Release();
     RecordRefused(request, *refusal);
     sink->Finish(std::move(*refusal));
     co_return;
@@ -998,6 +1000,12 @@ void Router::RecordRefused(const Request& request, const Outcome& outcome) {
 
 void Router::CountRequest(const Request& request, const Outcome& outcome) {
   if (metrics_ == nullptr) return;
+  if (!request.tenant.empty()) {
+    metrics_->tenant_requests_total
+        .Add(
+            {{"tenant", request.tenant}, {"terminal", std::string(TerminalName(outcome.terminal))}})
+        .Increment();
+  }
   // The series made at zero at construction: no family lock per request.
   for (const CountedSeries& c : requests_counters_) {
     if (c.api == request.api && c.door == request.door && c.terminal == outcome.terminal) {
@@ -1032,6 +1040,7 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
   // see the end of its response.
   WriteJournal(request, outcome, record, duration_s);
   inflight_.fetch_sub(1);
+  if (request.tenant_hold != nullptr) request.tenant_hold->Release();
   sink.Finish(std::move(outcome));
   {
     // Drain waits for this: every admitted request's outcome delivered.

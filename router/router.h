@@ -44,6 +44,7 @@
 #include "router/request.h"
 #include "router/response_sink.h"
 #include "router/retry_budget.h"
+#include "router/tenant_limits.h"
 
 namespace narwhal::router {
 
@@ -104,6 +105,8 @@ class Router {
   }
   const RetryBudget& retry_budget() const { return retry_budget_; }
   const RetryBudget& continuation_budget() const { return continuation_budget_; }
+  // Each tenant's own limits (serving.api_keys), applied at admission.
+  TenantLimits& tenant_limits() { return tenant_limits_; }
   const Settings& settings() const { return settings_; }
 
  private:
@@ -137,6 +140,7 @@ class Router {
   RetryBudget retry_budget_;
   // B29: the continuation credit pool (continuation.budget, .replenish).
   RetryBudget continuation_budget_;
+  TenantLimits tenant_limits_;
   // Releases of abandoned handoffs; destroyed (waited for) before the rest.
   HandoffReleaser releaser_;
 

@@ -19,6 +19,8 @@ Terminal RefusalTerminal(Reason reason) {
     case Reason::kCancelled:
       return Terminal::kCancelled;
     case Reason::kUnauthorized:
+    case Reason::kTenantInflightLimit:
+    case Reason::kTenantRateLimit:
       return Terminal::kRejected;
     default:
       return Terminal::kInvalid;
@@ -28,7 +30,10 @@ Terminal RefusalTerminal(Reason reason) {
 }  // namespace
 
 router::Outcome RefusalOutcome(const Refusal& refusal) {
-  return router::RefusalOutcome(RefusalTerminal(refusal.reason), refusal.reason, refusal.message);
+  router::Outcome outcome =
+      router::RefusalOutcome(RefusalTerminal(refusal.reason), refusal.reason, refusal.message);
+  outcome.retry_after_s = refusal.retry_after_s;
+  return outcome;
 }
 
 Refusal RefusalFor(const ClientError& error) {
@@ -43,6 +48,10 @@ std::string RouterBook::NewRequestId() { return router_.NewRequestId(); }
 
 std::shared_ptr<const router::ConfigGeneration> RouterBook::CurrentConfig() {
   return router_.CurrentConfig();
+}
+
+router::TenantGrant RouterBook::AcquireTenant(const router::TenantSettings& tenant) {
+  return router_.tenant_limits().Acquire(tenant);
 }
 
 void RouterBook::RecordRefused(const router::Request& request, const router::Outcome& outcome) {
@@ -67,8 +76,27 @@ RequestAdmission::RequestAdmission(const router::Settings& settings, const engin
     : settings_(settings), clock_(clock), api_key_(std::move(api_key)), book_(book) {}
 
 bool RequestAdmission::Authorized(std::optional<std::string_view> authorization) const {
-  if (api_key_.empty()) return true;
-  return authorization.has_value() && BearerMatches(*authorization, api_key_);
+  const std::shared_ptr<const router::ConfigGeneration> current = book_.CurrentConfig();
+  const router::TenantSettings* tenant = nullptr;
+  return Authorized(current != nullptr ? current->settings.serving : settings_.serving,
+                    authorization, &tenant);
+}
+
+bool RequestAdmission::Authorized(const router::ServingSettings& serving,
+                                  std::optional<std::string_view> authorization,
+                                  const router::TenantSettings** tenant) const {
+  *tenant = nullptr;
+  if (serving.api_keys.empty()) {
+    if (api_key_.empty()) return true;
+    return authorization.has_value() && BearerMatches(*authorization, api_key_);
+  }
+  if (!authorization.has_value()) return false;
+  // Every key is compared, so the time taken does not tell which matched
+  // (keys are distinct: at most one does).
+  for (const router::TenantSettings& t : serving.api_keys) {
+    if (BearerMatches(*authorization, t.key)) *tenant = &t;
+  }
+  return *tenant != nullptr;
 }
 
 const router::Settings& RequestAdmission::SettingsOf(const router::Request& request) const {
@@ -115,11 +143,24 @@ AdmissionResult RequestAdmission::Admit(const DoorRequest& door,
 AdmissionResult RequestAdmission::Admit(
     const DoorRequest& door, absl::FunctionRef<DoorBody(const router::Settings&)> body) const {
   router::Request r = NewRequest(door);
-  if (!Authorized(door.authorization)) {
+  const router::TenantSettings* tenant = nullptr;
+  if (!Authorized(SettingsOf(r).serving, door.authorization, &tenant)) {
     Refusal refusal;
     refusal.reason = Reason::kUnauthorized;
     refusal.message = "invalid or missing API key";
     return Refused(std::move(r), std::move(refusal));
+  }
+  if (tenant != nullptr) {
+    r.tenant = tenant->name;
+    router::TenantGrant grant = book_.AcquireTenant(*tenant);
+    if (!grant.admitted()) {
+      Refusal refusal;
+      refusal.reason = grant.refused;
+      refusal.message = std::move(grant.message);
+      refusal.retry_after_s = grant.retry_after_s;
+      return Refused(std::move(r), std::move(refusal));
+    }
+    r.tenant_hold = std::move(grant.hold);
   }
   DoorBody translated = body(SettingsOf(r));
   r.api = translated.api;

@@ -4,8 +4,11 @@
 // (the validated OpenAI body of server/openai_request, or why there is
 // none); admission applies the rules in one order —
 //
-//   1. the API key (serving.api_key_env), compared in constant time
-//      (server/api_key);
+//   1. the API key, compared in constant time (server/api_key): with
+//      serving.api_keys, the tenant whose key the request carries (every
+//      key is compared, whichever matches) and then that tenant's own
+//      limits (router/tenant_limits: in flight, token bucket; 429 with
+//      Retry-After beyond either); else serving.api_key_env's one key;
 //   2. the door's body: its size and framing refusals, and the validation
 //      every body meets (server/openai_request: shape, the served model —
 //      an unknown one is refused as router::Reason::kModelNotFound — and
@@ -39,6 +42,7 @@
 #include "router/common/settings.h"
 #include "router/outcome.h"
 #include "router/request.h"
+#include "router/tenant_limits.h"
 #include "server/openai_request.h"
 
 namespace narwhal::router {
@@ -50,6 +54,7 @@ namespace narwhal::server {
 // Why a request is refused before the router core: one of the router's
 // reasons that a door or admission decides —
 //   kUnauthorized       missing or wrong API key
+//   kTenantInflightLimit / kTenantRateLimit   the tenant's own limits
 //   kModelNotFound      the body names a model not served
 //   kInvalidRequest     the body breaks a request rule
 //   kTooLarge           over serving.max_request_bytes, or too costly to parse
@@ -60,8 +65,9 @@ namespace narwhal::server {
 //   kCancelled          the client went away before its request arrived
 struct Refusal {
   router::Reason reason = router::Reason::kInvalidRequest;
-  std::string message;  // what the client reads
-  std::string param;    // the OpenAI error `param` (HTTP body), "" when none
+  std::string message;    // what the client reads
+  std::string param;      // the OpenAI error `param` (HTTP body), "" when none
+  int retry_after_s = 0;  // seconds before a retry when known (0 = the table's default)
 };
 
 // A refusal as an outcome: its journal terminal (cancelled, rejected for a
@@ -82,6 +88,12 @@ class AdmissionBook {
   // The configuration generation a request admitted now keeps to its end
   // (B20); nullptr = the settings admission was built with.
   virtual std::shared_ptr<const router::ConfigGeneration> CurrentConfig() { return nullptr; }
+  // Admits one request of `tenant` under its own limits, or refuses it.
+  // The default admits without bounds.
+  virtual router::TenantGrant AcquireTenant(const router::TenantSettings& tenant) {
+    (void)tenant;
+    return {};
+  }
 };
 
 class RouterBook final : public AdmissionBook {
@@ -90,6 +102,7 @@ class RouterBook final : public AdmissionBook {
   std::string NewRequestId() override;
   void RecordRefused(const router::Request& request, const router::Outcome& outcome) override;
   std::shared_ptr<const router::ConfigGeneration> CurrentConfig() override;
+  router::TenantGrant AcquireTenant(const router::TenantSettings& tenant) override;
 
  private:
   router::Router& router_;
@@ -139,7 +152,8 @@ class RequestAdmission {
   RequestAdmission(const router::Settings& settings, const engines::Clock& clock,
                    std::string api_key, AdmissionBook& book);
 
-  // Whether `authorization` carries the API key (always true without one).
+  // Whether `authorization` carries an API key of the current
+  // configuration (always true without keys).
   bool Authorized(std::optional<std::string_view> authorization) const;
 
   // Admits `door`: `body` runs only once the key matched, so an
@@ -156,6 +170,11 @@ class RequestAdmission {
 
  private:
   router::Request NewRequest(const DoorRequest& door) const;
+  // Whether `authorization` carries a key of `serving`; sets *tenant to the
+  // tenant whose key it is (nullptr for serving.api_key_env's key or none).
+  bool Authorized(const router::ServingSettings& serving,
+                  std::optional<std::string_view> authorization,
+                  const router::TenantSettings** tenant) const;
   AdmissionResult Refused(router::Request request, Refusal refusal) const;
 
   // The settings `request` is admitted under: its generation's, else the

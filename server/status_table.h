@@ -46,7 +46,7 @@ struct EdgeStatus {
   int http_status = 200;
   ErrorType error_type = ErrorType::kNone;
   int grpc_code = 0;         // google.rpc.Code
-  bool retry_after = false;  // `Retry-After: 1` (429 and 503)
+  bool retry_after = false;  // `Retry-After` (429 and 503): the outcome's retry_after_s, else 1
   // The journal `status`: absent when no status reached the client (a
   // client that went away before any output).
   std::optional<int> journal_status;

@@ -27,6 +27,21 @@ Metrics::Metrics(prometheus::Registry& r)
                          .Name("narwhal_requests_total")
                          .Help("Client requests by API, front door and terminal outcome.")
                          .Register(r)),
+      tenant_requests_total(prometheus::BuildCounter()
+                                .Name("narwhal_tenant_requests_total")
+                                .Help("Client requests by tenant (serving.api_keys) and terminal "
+                                      "outcome.")
+                                .Register(r)),
+      tenant_inflight(prometheus::BuildGauge()
+                          .Name("narwhal_tenant_inflight")
+                          .Help("A tenant's requests admitted and not yet finished.")
+                          .Register(r)),
+      tenant_throttled_total(prometheus::BuildCounter()
+                                 .Name("narwhal_tenant_throttled_total")
+                                 .Help("Requests refused with 429 for a tenant's own limit "
+                                       "(inflight: serving.api_keys[].max_inflight, rate: "
+                                       "requests_per_s).")
+                                 .Register(r)),
       inflight(prometheus::BuildGauge()
                    .Name("narwhal_inflight")
                    .Help("Client requests admitted and not yet finished.")

@@ -23,6 +23,11 @@ class Metrics {
 
   // Requests
   prometheus::Family<prometheus::Counter>& requests_total;  // {api, door, terminal}
+  // Tenants (serving.api_keys; router/tenant_limits): the names are bounded
+  // by the configuration.
+  prometheus::Family<prometheus::Counter>& tenant_requests_total;   // {tenant, terminal}
+  prometheus::Family<prometheus::Gauge>& tenant_inflight;           // {tenant}
+  prometheus::Family<prometheus::Counter>& tenant_throttled_total;  // {tenant, limit}
   prometheus::Gauge& inflight;
   prometheus::Histogram& ttft_seconds;
   prometheus::Histogram& first_byte_seconds;

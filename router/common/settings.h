@@ -61,6 +61,21 @@ struct ListenSettings {
   std::string health;  // plaintext probe listener; empty = none
 };
 
+// One tenant of serving.api_keys: its name, where its key comes from, the
+// key itself and its own limits (router/tenant_limits).
+struct TenantSettings {
+  std::string name;     // in the journal, the access log and metrics; never the key
+  std::string key_env;  // env var holding the key; "" when read from key_file
+  std::string key_file;
+  // The key as read at load (start-up or reload). A secret: never logged,
+  // journaled or exported (the running config carries key_env/key_file
+  // only); "" in a running router's effective configuration.
+  std::string key;
+  int max_inflight = 0;       // requests admitted at once; 0 = no own bound
+  double requests_per_s = 0;  // token bucket rate; 0 = no rate limit
+  double burst = 0;           // bucket size (>= 1 when requests_per_s is set)
+};
+
 struct ServingSettings {
   int max_attempts = 1;                   // complete prefill+decode attempts
   double request_timeout_s = 600;         // end-to-end deadline
@@ -91,6 +106,9 @@ struct ServingSettings {
   // An idle keep-alive connection between requests (and the bound on writing
   // one response) before it is closed.
   double keepalive_timeout_s = 60;
+  // Named client keys (tenants); empty = api_key_env alone (or no
+  // authentication). Never both.
+  std::vector<TenantSettings> api_keys = {};
 };
 
 struct AdminSettings {

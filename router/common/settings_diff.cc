@@ -38,6 +38,25 @@ bool SameContractPresence(const Settings& a, const Settings& b) {
   return a.engine_contract.has_value() == b.engine_contract.has_value();
 }
 
+// serving.api_keys: the entries as the file writes them, and the keys read
+// from their variables and files (a rotated key file is a change that a
+// reload applies) when both sides carry keys — a running router's effective
+// configuration shows none.
+bool SameApiKeys(const Settings& a, const Settings& b) {
+  const std::vector<TenantSettings>& x = a.serving.api_keys;
+  const std::vector<TenantSettings>& y = b.serving.api_keys;
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].name != y[i].name || x[i].key_env != y[i].key_env || x[i].key_file != y[i].key_file ||
+        x[i].max_inflight != y[i].max_inflight || x[i].requests_per_s != y[i].requests_per_s ||
+        x[i].burst != y[i].burst) {
+      return false;
+    }
+    if (!x[i].key.empty() && !y[i].key.empty() && x[i].key != y[i].key) return false;
+  }
+  return true;
+}
+
 struct KeyRow {
   std::string_view path;
   Same same;
@@ -79,6 +98,7 @@ const std::vector<KeyRow>& KeyRows() {
       {"serving.max_headers", &SameKey<&S::serving, &ServingSettings::max_headers>},
       {"serving.header_timeout_s", &SameKey<&S::serving, &ServingSettings::header_timeout_s>},
       {"serving.keepalive_timeout_s", &SameKey<&S::serving, &ServingSettings::keepalive_timeout_s>},
+      {"serving.api_keys", &SameApiKeys},
       {"admin.token_env", &SameKey<&S::admin, &AdminSettings::token_env>},
       {"admin.max_watchers", &SameKey<&S::admin, &AdminSettings::max_watchers>},
       {"admin.watch_buffer_bytes", &SameKey<&S::admin, &AdminSettings::watch_buffer_bytes>},

@@ -169,6 +169,17 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   serving->set_max_headers(sv.max_headers);
   serving->set_header_timeout_s(sv.header_timeout_s);
   serving->set_keepalive_timeout_s(sv.keepalive_timeout_s);
+  for (const router::TenantSettings& t : sv.api_keys) {
+    pb::ApiKey* key = serving->add_api_keys();  // where the key is read from, never the key
+    key->set_name(t.name);
+    if (!t.key_env.empty()) key->set_key_env(t.key_env);
+    if (!t.key_file.empty()) key->set_key_file(t.key_file);
+    if (t.max_inflight > 0) key->set_max_inflight(t.max_inflight);
+    if (t.requests_per_s > 0) {
+      key->set_requests_per_s(t.requests_per_s);
+      key->set_burst(t.burst);
+    }
+  }
   c.mutable_admin()->set_token_env(s.admin.token_env);
   c.mutable_admin()->set_max_watchers(s.admin.max_watchers);
   c.mutable_admin()->set_watch_buffer_bytes(s.admin.watch_buffer_bytes);

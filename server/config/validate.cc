@@ -25,6 +25,7 @@
 #include "narwhal/config/v1/config.pb.h"
 #include "router/common/settings.h"
 #include "server/config/address_rules.h"
+#include "server/config/api_keys.h"
 #include "server/config/error_report.h"
 #include "server/config/fields.h"
 #include "server/config/schema_check.h"
@@ -232,7 +233,8 @@ void ValidateEngineContract(const Fields& f, router::EngineContract* out) {
 }
 
 // Returns whether serving.request_timeout_s is valid (for cross-section rules).
-bool ValidateServing(const Fields& f, router::ServingSettings* out) {
+bool ValidateServing(const Fields& f, const pb::Serving& serving, bool read_keys,
+                     router::ServingSettings* out) {
   using S = pb::Serving;
   f.Int(S::kMaxAttemptsFieldNumber, &out->max_attempts);
   const bool request_ok = f.Number(S::kRequestTimeoutSFieldNumber, &out->request_timeout_s);
@@ -252,6 +254,11 @@ bool ValidateServing(const Fields& f, router::ServingSettings* out) {
   f.Int(S::kMaxHeadersFieldNumber, &out->max_headers);
   f.Number(S::kHeaderTimeoutSFieldNumber, &out->header_timeout_s);
   f.Number(S::kKeepaliveTimeoutSFieldNumber, &out->keepalive_timeout_s);
+  ValidateApiKeys(f, serving, read_keys, &out->api_keys);
+  if (!out->api_key_env.empty() && serving.api_keys_size() > 0) {
+    f.Error(S::kApiKeysFieldNumber,
+            "and serving.api_key_env are both set: name every key in serving.api_keys");
+  }
 
   const std::string request =
       absl::StrCat("serving.request_timeout_s (", FormatNumber(out->request_timeout_s), ")");
@@ -479,7 +486,8 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   }
   bool request_ok = true;
   if (config.has_serving()) {
-    request_ok = ValidateServing(section(F::kServingFieldNumber, config.serving()), &s.serving);
+    request_ok = ValidateServing(section(F::kServingFieldNumber, config.serving()),
+                                 config.serving(), options.read_tls_files, &s.serving);
   }
   if (config.has_admin()) ValidateAdmin(section(F::kAdminFieldNumber, config.admin()), &s.admin);
   if (config.has_engine()) {

@@ -1,6 +1,8 @@
 #include "server/http/responses.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "server/status_table.h"
 
@@ -33,7 +35,9 @@ HttpResponse ErrorResponse(const router::Outcome& outcome, const std::string& pa
   const EdgeStatus edge = StatusFor(outcome);
   HttpResponse res = JsonResponse(
       edge.http_status, OpenAiErrorBody(edge.http_status, edge.error_type, outcome.message, param));
-  if (edge.retry_after) res.set(http::field::retry_after, "1");
+  if (edge.retry_after) {
+    res.set(http::field::retry_after, std::to_string(std::max(1, outcome.retry_after_s)));
+  }
   return res;
 }
 

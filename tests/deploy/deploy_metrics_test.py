@@ -5,14 +5,17 @@ narwhal-serve runs on its embedded simulated fleet; the test first makes the
 router pass through the events that create labelled series (requests, a
 failed attempt with a rejected handoff, an operator ejection and a
 readmission), so a name missing from /metrics is a name the router does not
-export.
+export. The tenant series come from a second router configured with one
+tenant (serving.api_keys) on a narwhal-sim engine.
 """
 
 import json
 import os
 import re
 import subprocess
+import tempfile
 import unittest
+import urllib.request
 
 from serve_process import ServeProcess, metric_names
 
@@ -69,6 +72,39 @@ def admin_call(serve, method, body):
     return json.loads(out.stdout)
 
 
+def tenant_exposition():
+    """/metrics of a narwhal-serve with one tenant (serving.api_keys) that
+    sent one request, on one narwhal-sim engine: the tenant series exist only
+    with tenants."""
+    sim = subprocess.Popen([os.environ["NARWHAL_SIM_BIN"], "--port", "0", "--engine-id", "e0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(re.search(r"port=(\d+)", sim.stdout.readline()).group(1))
+        fleet = {"model": "Qwen/Qwen3-0.6B",
+                 "engines": [{"iid": "e0", "url": f"http://127.0.0.1:{port}"}],
+                 "serving": {"api_keys": [{"name": "search", "key_env": "NARWHAL_TEST_TENANT_KEY",
+                                           "max_inflight": 4, "requests_per_s": 100}]}}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "fleet.json")
+            with open(path, "w") as f:
+                json.dump(fleet, f)
+            os.environ["NARWHAL_TEST_TENANT_KEY"] = "tenant-key-1"
+            with ServeProcess(extra_args=["--config", path]) as serve:
+                req = urllib.request.Request(
+                    f"http://{serve.http}/v1/completions",
+                    data=json.dumps({"model": "Qwen/Qwen3-0.6B", "prompt": "hi",
+                                     "max_tokens": 2}).encode(),
+                    headers={"Content-Type": "application/json",
+                             "Authorization": "Bearer tenant-key-1"})
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    assert resp.status == 200, resp.status
+                return serve.get("/metrics")
+    finally:
+        sim.kill()
+        sim.wait()
+        sim.stdout.close()
+
+
 class DeployMetricsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -93,6 +129,7 @@ class DeployMetricsTest(unittest.TestCase):
             readmit = admin_call(serve, "ReadmitEngine", {"iid": "d0"})
             assert readmit.get("readmitted") is True, readmit
             cls.exposition = serve.get("/metrics")
+        cls.exposition += "\n" + tenant_exposition()
         cls.exported = metric_names(cls.exposition) | PROMETHEUS_SERIES | CONDITIONAL_SERIES
 
     def test_workload_created_the_labelled_series(self):

@@ -41,6 +41,7 @@ Request SampleRequest() {
   Request r;
   r.rid = "rid-1";
   r.client_rid = "client-7";
+  r.tenant = "search";
   r.door = Door::kGrpc;
   r.api = engines::Api::kChatCompletions;
   r.stream = true;
@@ -73,6 +74,7 @@ TEST(AccessLogLineTest, CarriesIdentityOutcomeEnginesTimingsAndTokens) {
   EXPECT_EQ(line["ts"], "2023-11-14T22:13:20.500Z");
   EXPECT_EQ(line["rid"], "rid-1");
   EXPECT_EQ(line["client_rid"], "client-7");
+  EXPECT_EQ(line["tenant"], "search");
   EXPECT_EQ(line["door"], "grpc");
   EXPECT_EQ(line["api"], "chat");
   EXPECT_EQ(line["model"], "Qwen/Qwen3-0.6B");
@@ -104,6 +106,10 @@ TEST(AccessLogLineTest, ARefusalHasNoEnginesAndAClientThatLeftHasNoStatus) {
   EXPECT_EQ(line["attempts"], 0);
   EXPECT_TRUE(line["ttft_s"].is_null());
   EXPECT_TRUE(line["prompt_tokens"].is_null());
+  Request untenanted = SampleRequest();
+  untenanted.tenant.clear();
+  EXPECT_TRUE(AccessLog::Line(untenanted, refused, RequestRecord{}, 0.001, 1.7e9, &table)["tenant"]
+                  .is_null());
 
   Outcome gone;
   gone.terminal = Terminal::kCancelled;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -176,6 +177,123 @@ TEST_F(AdmissionTest, TheRightKeyOrNoneConfiguredIsAdmitted) {
   EXPECT_FALSE(keyed.Authorized("Bearer  s3cret"));
   EXPECT_FALSE(keyed.Authorized(std::nullopt));
   EXPECT_TRUE(RequestAdmission(settings_, clock_, "", book_).Authorized(std::nullopt));
+}
+
+// A book with the router's real tenant limits and a configuration
+// generation that a test can replace (a reload).
+class TenantBook : public FakeBook {
+ public:
+  explicit TenantBook(const engines::Clock& clock) : limits(clock, nullptr) {}
+  router::TenantGrant AcquireTenant(const router::TenantSettings& tenant) override {
+    return limits.Acquire(tenant);
+  }
+  std::shared_ptr<const router::ConfigGeneration> CurrentConfig() override { return config; }
+  router::TenantLimits limits;
+  std::shared_ptr<const router::ConfigGeneration> config;
+};
+
+router::TenantSettings Tenant(std::string name, std::string key, int max_inflight = 0,
+                              double rate = 0, double burst = 0) {
+  router::TenantSettings t;
+  t.name = std::move(name);
+  t.key_env = "UNUSED";
+  t.key = std::move(key);
+  t.max_inflight = max_inflight;
+  t.requests_per_s = rate;
+  t.burst = burst;
+  return t;
+}
+
+TEST_F(AdmissionTest, EachTenantsKeyNamesItsTenantAndOtherKeysAreRefused) {
+  TenantBook book(clock_);
+  router::Settings s = settings_;
+  s.serving.api_keys = {Tenant("search", "key-search"), Tenant("batch", "key-batch")};
+  book.config = std::make_shared<const router::ConfigGeneration>(router::ConfigGeneration{1, s});
+  const RequestAdmission admission(settings_, clock_, "", book);
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  DoorRequest door;
+  door.authorization = "Bearer key-batch";
+  AdmissionResult r = Admit(admission, door, body);
+  ASSERT_TRUE(r.admitted());
+  EXPECT_EQ(r.request.tenant, "batch");
+  ASSERT_NE(r.request.tenant_hold, nullptr);
+  EXPECT_EQ(book.limits.InFlight("batch"), 1);
+  door.authorization = "Bearer key-search ";
+  r = Admit(admission, door, body);
+  ASSERT_TRUE(r.admitted());
+  EXPECT_EQ(r.request.tenant, "search");
+  EXPECT_EQ(book.limits.InFlight("batch"), 0);  // the first request's hold went with it
+
+  for (const std::optional<std::string_view> auth :
+       {std::optional<std::string_view>(), std::optional<std::string_view>("Bearer key-batc"),
+        std::optional<std::string_view>("Bearer key-batch2"),
+        std::optional<std::string_view>("key-batch")}) {
+    door.authorization = auth;
+    r = Admit(admission, door, body);
+    ASSERT_FALSE(r.admitted());
+    EXPECT_EQ(r.refusal->reason, Reason::kUnauthorized);
+    EXPECT_EQ(r.request.tenant, "");
+  }
+  EXPECT_TRUE(admission.Authorized("Bearer key-search"));
+  EXPECT_FALSE(admission.Authorized("Bearer s3cret"));
+  EXPECT_FALSE(admission.Authorized(std::nullopt));
+  EXPECT_EQ(bodies_, 2);
+}
+
+TEST_F(AdmissionTest, ATenantBeyondItsLimitsGets429WithRetryAfterBeforeItsBodyIsRead) {
+  TenantBook book(clock_);
+  router::Settings s = settings_;
+  s.serving.api_keys = {Tenant("batch", "key-batch", 1), Tenant("search", "key-search", 0, 0.5, 1)};
+  book.config = std::make_shared<const router::ConfigGeneration>(router::ConfigGeneration{1, s});
+  const RequestAdmission admission(settings_, clock_, "", book);
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  DoorRequest door;
+  door.authorization = "Bearer key-batch";
+  AdmissionResult held = Admit(admission, door, body);
+  ASSERT_TRUE(held.admitted());
+  AdmissionResult r = Admit(admission, door, body);
+  ASSERT_FALSE(r.admitted());
+  EXPECT_EQ(r.refusal->reason, Reason::kTenantInflightLimit);
+  EXPECT_EQ(r.outcome.terminal, Terminal::kRejected);
+  EXPECT_EQ(HttpStatus(r.outcome), 429);
+  EXPECT_EQ(ErrorTypeOf(r.outcome), ErrorType::kRateLimit);
+  EXPECT_EQ(r.outcome.retry_after_s, 1);
+  EXPECT_EQ(r.request.tenant, "batch");  // journaled with the tenant's name
+  EXPECT_EQ(r.outcome.message, "tenant batch in-flight limit reached (1)");
+  EXPECT_EQ(bodies_, 1);
+  // The place comes back when the request ends.
+  held.request.tenant_hold->Release();
+  EXPECT_TRUE(Admit(admission, door, body).admitted());
+
+  door.authorization = "Bearer key-search";
+  EXPECT_TRUE(Admit(admission, door, body).admitted());
+  r = Admit(admission, door, body);
+  ASSERT_FALSE(r.admitted());
+  EXPECT_EQ(ReasonOf(r.outcome), "tenant_rate_limit");
+  EXPECT_EQ(r.outcome.retry_after_s, 2);  // one token per 2 s
+  ASSERT_FALSE(book.rows.empty());
+  EXPECT_EQ(book.rows.back().request.tenant, "search");
+  EXPECT_EQ(book.rows.back().outcome.retry_after_s, 2);
+  clock_.Advance(2.0);
+  EXPECT_TRUE(Admit(admission, door, body).admitted());
+}
+
+TEST_F(AdmissionTest, ARequestIsAdmittedUnderTheKeysOfItsOwnGeneration) {
+  TenantBook book(clock_);
+  router::Settings s = settings_;
+  s.serving.api_keys = {Tenant("a", "old-key")};
+  book.config = std::make_shared<const router::ConfigGeneration>(router::ConfigGeneration{1, s});
+  const RequestAdmission admission(settings_, clock_, "", book);
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  DoorRequest door;
+  door.authorization = "Bearer old-key";
+  ASSERT_TRUE(Admit(admission, door, body).admitted());
+  // A reload rotated the key.
+  s.serving.api_keys = {Tenant("a", "new-key")};
+  book.config = std::make_shared<const router::ConfigGeneration>(router::ConfigGeneration{2, s});
+  EXPECT_EQ(Admit(admission, door, body).refusal->reason, Reason::kUnauthorized);
+  door.authorization = "Bearer new-key";
+  EXPECT_TRUE(Admit(admission, door, body).admitted());
 }
 
 TEST_F(AdmissionTest, UnknownModelIsModelNotFound) {

@@ -340,8 +340,10 @@ TEST(ConfigHandoff, ReleaseMechanismAndBounds) {
   EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_max_inflight", 0)),
                   "handoff.release_max_inflight");
   EXPECT_EQ(MustLoad(With("handoff", "release_timeout_s", 0.5)).handoff.release_timeout_s, 0.5);
-  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_timeout_s", 0)), "handoff.release_timeout_s");
-  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_timeout_s", 61)), "handoff.release_timeout_s");
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_timeout_s", 0)),
+                  "handoff.release_timeout_s");
+  EXPECT_CONTAINS(LoadErrorOf(With("handoff", "release_timeout_s", 61)),
+                  "handoff.release_timeout_s");
 }
 
 TEST(ConfigHandoff, RemoteHostPolicyAndEngineIds) {
@@ -445,7 +447,8 @@ TEST(ConfigSyntax, ManyErrorsAreCapped) {
 
 TEST(ConfigUnknownKeys, RejectedInEverySection) {
   EXPECT_CONTAINS(LoadErrorOf(With("", "modle", "m")), "config: modle: unknown key");
-  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempt", 2)), "serving.max_attempt: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempt", 2)),
+                  "serving.max_attempt: unknown key");
   EXPECT_CONTAINS(LoadErrorOf(With("listen", "https", "a:1")), "listen.https: unknown key");
   EXPECT_CONTAINS(LoadErrorOf(With("admin", "token", "x")), "admin.token: unknown key");
   EXPECT_CONTAINS(LoadErrorOf(With("engine", "api_key", "x")), "engine.api_key: unknown key");
@@ -475,7 +478,8 @@ TEST(ConfigUnknownKeys, AnnotationsIgnoredAtEveryLevel) {
 // Types.
 
 TEST(ConfigTypes, StringsMustBeStrings) {
-  EXPECT_CONTAINS(LoadErrorOf(With("", "model", 7)), "config: model must be a string (got integer)");
+  EXPECT_CONTAINS(LoadErrorOf(With("", "model", 7)),
+                  "config: model must be a string (got integer)");
   EXPECT_CONTAINS(LoadErrorOf(With("listen", "http", 8000)), "listen.http must be a string");
   EXPECT_CONTAINS(LoadErrorOf(With("engine", "connector", nullptr)),
                   "engine.connector must be a string (got null)");
@@ -506,9 +510,10 @@ TEST(ConfigTypes, HugeIntegersAreOutOfRange) {
   EXPECT_CONTAINS(ErrorText(R"({"model": "m", "engines": [{"iid": "a", "url": "http://h:1"}],
                             "serving": {"max_inflight": 99999999999999999999}})"),
                   "serving.max_inflight must be an integer");
-  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract",
-                               {{"vllm_version", "v"}, {"max_model_len", 18446744073709551615u}})),
-                  "engine_contract.max_model_len must be <= 2147483647 (got 18446744073709551615)");
+  EXPECT_CONTAINS(
+      LoadErrorOf(With("", "engine_contract",
+                       {{"vllm_version", "v"}, {"max_model_len", 18446744073709551615u}})),
+      "engine_contract.max_model_len must be <= 2147483647 (got 18446744073709551615)");
 }
 
 TEST(ConfigTypes, DurationsMustBeNumbers) {
@@ -569,7 +574,8 @@ TEST(ConfigRequired, EngineIidRequiredNonEmpty) {
   config["engines"][1]["iid"] = "";
   EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].iid must not be empty");
   config["engines"][1]["iid"] = "d 0";
-  EXPECT_CONTAINS(LoadErrorOf(config), "engines[1].iid must contain only [A-Za-z0-9._-] (got \"d 0\")");
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "engines[1].iid must contain only [A-Za-z0-9._-] (got \"d 0\")");
 }
 
 TEST(ConfigRequired, EngineIidUnique) {
@@ -597,8 +603,9 @@ TEST(ConfigRequired, ContractOptionalFieldsNonEmpty) {
   EXPECT_CONTAINS(
       LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"system_fingerprint", ""}})),
       "engine_contract.system_fingerprint must not be empty");
-  EXPECT_CONTAINS(LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", ""}})),
-                  "engine_contract.connector must not be empty");
+  EXPECT_CONTAINS(
+      LoadErrorOf(With("", "engine_contract", {{"vllm_version", "v"}, {"connector", ""}})),
+      "engine_contract.connector must not be empty");
 }
 
 // ---------------------------------------------------------------------------
@@ -631,7 +638,8 @@ TEST(ConfigKvEvents, B26_EndpointsAreTcpHostPortTheRouterConnectsTo) {
 
   // vLLM binds "tcp://*:5557"; the router must be given the engine's address.
   config["engines"][0]["kv_events"] = "tcp://*:5557";
-  EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_events must be tcp://host:port: a bind wildcard");
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "engines[0].kv_events must be tcp://host:port: a bind wildcard");
   config["engines"][0]["kv_events"] = "ipc:///tmp/kv";
   EXPECT_CONTAINS(LoadErrorOf(config), "engines[0].kv_events must be tcp://host:port");
   config["engines"][0]["kv_events"] = "tcp://10.0.0.11:0";
@@ -647,8 +655,8 @@ TEST(ConfigKvEvents, B26_EndpointsAreTcpHostPortTheRouterConnectsTo) {
 
 TEST(ConfigKvEvents, B27_TheTokenizerIsAnEngineOrAnHttpBaseUrl) {
   json config = MinimalConfig();
-  config["placement"] = {{"prefill", "kv_events"}, {"disaggregate", "auto"},
-                         {"min_uncached_tokens", 256}};
+  config["placement"] = {
+      {"prefill", "kv_events"}, {"disaggregate", "auto"}, {"min_uncached_tokens", 256}};
   Settings s = MustLoad(config);
   EXPECT_TRUE(s.placement.kv_events());
   EXPECT_TRUE(s.placement.auto_disaggregate());
@@ -828,7 +836,8 @@ TEST(ConfigListen, MustBeHostPort) {
                   "listen.admin must be HOST:PORT: unterminated [IPv6] host");
   EXPECT_CONTAINS(LoadErrorOf(With("listen", "admin", "[zz]:80")),
                   "listen.admin must be HOST:PORT: invalid IPv6 address");
-  EXPECT_CONTAINS(LoadErrorOf(With("listen", "http", "http://h:1")), "listen.http must be HOST:PORT");
+  EXPECT_CONTAINS(LoadErrorOf(With("listen", "http", "http://h:1")),
+                  "listen.http must be HOST:PORT");
 }
 
 // ---------------------------------------------------------------------------
@@ -1132,7 +1141,8 @@ TEST(ConfigFile, ValidFileLoads) {
 // camelCase names, null, quoted and 3.0 integers and "NaN".
 
 TEST(ConfigStrict, ProtobufLeniencyIsRejected) {
-  EXPECT_CONTAINS(LoadErrorOf(With("serving", "maxAttempts", 2)), "serving.maxAttempts: unknown key");
+  EXPECT_CONTAINS(LoadErrorOf(With("serving", "maxAttempts", 2)),
+                  "serving.maxAttempts: unknown key");
   EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_attempts", nullptr)),
                   "serving.max_attempts must be an integer (got null)");
   EXPECT_CONTAINS(LoadErrorOf(With("serving", "max_inflight", "100")),
@@ -1378,8 +1388,29 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
                                {"kv_events_replay", "tcp://g.svc:5558"}});
   config["listen"] = {{"health", "127.0.0.1:8081"}};
   config["discovery"] = {{"dns_servers", {"127.0.0.1:53"}}};
+  // Tenants: one key from a variable with every limit, one from a file.
+  ASSERT_EQ(setenv("NARWHAL_TEST_PROTO_TENANT_KEY", "key-a", 1), 0);
+  char key_path[] = "/tmp/narwhal-tenant-key-XXXXXX";
+  const int key_fd = mkstemp(key_path);
+  ASSERT_GE(key_fd, 0);
+  ASSERT_EQ(write(key_fd, "key-b\n", 6), 6);
+  close(key_fd);
+  config["serving"]["api_keys"] = {{{"name", "a"},
+                                    {"key_env", "NARWHAL_TEST_PROTO_TENANT_KEY"},
+                                    {"max_inflight", 2},
+                                    {"requests_per_s", 5},
+                                    {"burst", 9}},
+                                   {{"name", "b"}, {"key_file", key_path}}};
   Settings s = MustLoad(config);
+  unlink(key_path);
+  ASSERT_EQ(s.serving.api_keys.size(), 2u);
+  EXPECT_EQ(s.serving.api_keys[0].key, "key-a");
+  EXPECT_EQ(s.serving.api_keys[1].key, "key-b");
   const config::v1::FleetConfig proto = SettingsToProto(s);
+  // The key's source is exported, never the key.
+  EXPECT_EQ(proto.serving().api_keys(1).key_file(), key_path);
+  EXPECT_EQ(proto.DebugString().find("key-a"), std::string::npos);
+  EXPECT_EQ(proto.DebugString().find("key-b"), std::string::npos);
   // Every field of every message is present; an engine has its url or its
   // dns and port.
   std::vector<const google::protobuf::Message*> messages = {&proto,
@@ -1387,6 +1418,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
                                                             &proto.engines(0),
                                                             &proto.engines(2),
                                                             &proto.serving(),
+                                                            &proto.serving().api_keys(0),
                                                             &proto.admin(),
                                                             &proto.engine(),
                                                             &proto.recovery(),
@@ -1405,6 +1437,10 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
       const google::protobuf::FieldDescriptor* f = d->field(i);
       if (m == &proto.engines(0) && (f->name() == "dns" || f->name() == "port")) {
         EXPECT_FALSE(m->GetReflection()->HasField(*m, f)) << f->full_name();
+        continue;
+      }
+      if (m == &proto.serving().api_keys(0) && f->name() == "key_file") {
+        EXPECT_EQ(proto.serving().api_keys(1).key_file(), key_path);
         continue;
       }
       if (m == &proto.engines(2) && f->name() == "url") {

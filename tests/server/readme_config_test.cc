@@ -221,6 +221,9 @@ TEST(ReadmeConfigTest, SchemaDefaultsAreTheLoadersDefaults) {
                  }
                  return;
                }
+               // The smallest file names no tenant: an entry's keys have
+               // nothing to show (tests/server/config_api_keys_test).
+               if (key.rfind("serving.api_keys[]", 0) == 0) return;
                if (d == "required") {
                  EXPECT_TRUE(effective.count(key)) << key;
                  return;
@@ -258,12 +261,14 @@ TEST(ReadmeConfigTest, SchemaDefaultsAreTheLoadersDefaults) {
 }
 
 // A reload compares every key of the schema (router/common/settings_diff),
-// in the schema's order; engines are compared by iid instead.
+// in the schema's order; engines are compared by iid instead, and the
+// entries of serving.api_keys as one key.
 TEST(ReadmeConfigTest, ReloadComparesEveryKey) {
   std::vector<std::string> keys;
   ForEachKey(*pb::FleetConfig::descriptor(), "",
              [&](const std::string& key, const FieldDescriptor& f) {
                if (key == "engines" || key.rfind("engines[]", 0) == 0 || !HasRow(f)) return;
+               if (key.rfind("serving.api_keys[]", 0) == 0) return;
                keys.push_back(key);
              });
   EXPECT_EQ(router::DiffedKeys(), keys);
