@@ -20,6 +20,7 @@
 #include "router/fleet/placement.h"
 #include "router/outcome.h"
 #include "router/request.h"
+#include "router/request_spans.h"
 
 namespace narwhal::router {
 
@@ -74,6 +75,9 @@ struct RequestRecord {
   std::optional<nlohmann::json> recompute_evidence;
   // B29/B30, in order.
   std::vector<ContinuationRecord> continuations;
+  // The phases' spans, when the request's spans are exported
+  // (router/request_spans.h).
+  std::vector<PhaseSpan> spans;
 };
 
 // The row; `status` (may be null: the edge fields are then null).

@@ -200,6 +200,8 @@ class Router::Run {
   engines::Awaitable<void> Execute() {
     const engines::Executor executor = co_await boost::asio::this_coro::executor;
     executor_ = executor;
+    // Arrival to here: the door read and checked the request, admission ran.
+    CloseSpan(OpenSpan("admission", SpanKind::kInternal, "", request_.arrived));
     const ContinuationSettings& cs = request_.config->settings.continuation;
     if (cs.enabled) {
       continuation_refusal_ = ContinuationRefusal(request_.body);
@@ -212,17 +214,28 @@ class Router::Run {
     }
     for (int attempt = 1;; ++attempt) {
       record_.attempts = attempt;
+      // A retry or a continuation: its backoff and legs under one span.
+      int group = -1;
+      group_span_.clear();
+      if (attempt > 1) {
+        group = OpenSpan(continuing_ ? "continuation" : "retry", SpanKind::kInternal, "",
+                         r_.clock_.Now());
+        SpanAttribute(group, "narwhal.attempt", attempt);
+        if (group >= 0) group_span_ = record_.spans[static_cast<size_t>(group)].span_id;
+      }
       if (attempt > 1) {
         if (r_.metrics_ != nullptr && !continuing_) r_.metrics_->retry_attempts_total.Increment();
         const bool slept = co_await r_.clock_.Sleep(executor, engines::FromSeconds(next_backoff_s_),
                                                     &sink_->cancel_token());
         if (!slept) {
+          CloseSpan(group, "client went away");
           RefundCredit();
           Finish(FailureOutcome(Cancelled(Phase::kPrefill), Visible()));
           co_return;
         }
       }
       const bool retry = co_await RunAttempt(attempt);
+      CloseSpan(group);
       if (!retry) co_return;
     }
   }
@@ -347,9 +360,11 @@ class Router::Run {
     if (!planned) planned = r_.fleet_.ReserveDecode(excluded_, producer_target.iid);
     engines::LegOptions prefill_options;
     prefill_options.backend_request_id = BackendId(attempt, 'p');  // B8
-    TraceLeg(&prefill_options);
+    const std::string prefill_span_id = TraceLeg(&prefill_options);
     prefill_options.request_deadline = request_.deadline;
     const MonoTime handoff_start = r_.clock_.Now();  // B7: handoff age starts here
+    const int prefill_span = OpenSpan("prefill", SpanKind::kClient, prefill_span_id, handoff_start);
+    LegSpanAttributes(prefill_span, producer_target, attempt);
     prefill_options.leg_deadline =
         handoff_start + engines::FromSeconds(s.serving.prefill_timeout_s);
     LegCancel prefill_cancel(sink_->cancel_token(), producer->engine());
@@ -361,6 +376,7 @@ class Router::Run {
         prefill_cancel.EngineRemoved(sink_->cancel_token())) {
       prefill.failure = EngineRemovedFailure(Phase::kPrefill, producer_target.iid);
     }
+    CloseSpan(prefill_span, prefill.ok() ? "" : prefill.failure->detail);
     if (!prefill.ok()) {
       // Finishing may let the router (and its fleet) go: no reservation may
       // outlive it in this frame.
@@ -374,6 +390,8 @@ class Router::Run {
       r_.metrics_->prefill_seconds.Observe(engines::Seconds(prefill_done - handoff_start));
     }
     report_->prefill_ok = true;
+    // The handoff check: the decode placement and the handoff's age.
+    const int check_span = OpenSpan("handoff_check", SpanKind::kInternal, "", prefill_done);
 
     // --- decode placement, off the producer unless nothing else can (B5) ---
     std::optional<Fleet::Reservation> consumer;
@@ -384,6 +402,7 @@ class Router::Run {
     }
     if (consumer) record_.decode_placement = consumer->reason();
     if (!consumer) {
+      CloseSpan(check_span, "no engine for the decode leg");
       planned.reset();
       Abandon(*prefill.result, AbandonReason::kNoConsumer, handoff_start, {});
       FinishNoEngine(Phase::kDecode);
@@ -398,6 +417,7 @@ class Router::Run {
     if (s.serving.handoff_timeout_s > 0 &&
         r_.clock_.Now() - handoff_start > engines::FromSeconds(s.serving.handoff_timeout_s)) {
       consumer->Release();
+      CloseSpan(check_span, "KV handoff expired before decode dispatch");
       if (r_.metrics_ != nullptr) {
         r_.metrics_->handoff_rejected_total.Add({{"reason", "expired"}}).Increment();
       }
@@ -412,6 +432,8 @@ class Router::Run {
                         true),
           false);
     }
+    SpanAttribute(check_span, "narwhal.engine.iid", record_.decode_iid);
+    CloseSpan(check_span);
     co_return co_await DecodeAttempt(attempt, *consumer, *prefill.result, handoff_start,
                                      prefill_done);
   }
@@ -450,8 +472,12 @@ class Router::Run {
     // --- decode (B3, B4) ---
     engines::LegOptions decode_options;
     decode_options.backend_request_id = BackendId(attempt, 'd');  // B8
-    TraceLeg(&decode_options);
+    const std::string decode_span_id = TraceLeg(&decode_options);
     decode_options.request_deadline = request_.deadline;
+    const int decode_span = OpenSpan("decode", SpanKind::kClient, decode_span_id, r_.clock_.Now());
+    LegSpanAttributes(decode_span, consumer_target, attempt);
+    if (local) SpanAttribute(decode_span, "narwhal.local_prefill", true);
+    if (continuing_) SpanAttribute(decode_span, "narwhal.continuation", true);
     LegCancel decode_cancel(sink_->cancel_token(), consumer.engine());
     decode_options.cancel = decode_cancel.token();
     const long long base_tokens =
@@ -464,6 +490,7 @@ class Router::Run {
     r_.fleet_.DecodeStarted(producer_iid, consumer_target.iid);
     engines::DecodeOutcome decode = co_await r_.engines_.Decode(
         consumer_target, handoff, LegBody(), request_.stream, decode_options, relay);
+    CloseSpan(decode_span, decode.ok() ? "" : decode.failure->detail);
     consumer.Release();
     if (!decode.ok() && decode.failure->reason == FailureReason::kCancelled &&
         decode_cancel.EngineRemoved(sink_->cancel_token())) {
@@ -764,14 +791,51 @@ class Router::Run {
 
   // The leg's W3C trace context: a child of the request's trace, with a
   // span id of its own.
-  void TraceLeg(engines::LegOptions* options) const {
-    if (request_.trace.trace_id.empty()) return;
-    char span[17];
-    uint64_t id = 0;
-    while (id == 0) id = r_.Rng()();  // an all-zero span id is invalid
-    std::snprintf(span, sizeof(span), "%016llx", static_cast<unsigned long long>(id));
+  // Returns the leg's span id ("" without a trace).
+  std::string TraceLeg(engines::LegOptions* options) const {
+    if (request_.trace.trace_id.empty()) return "";
+    std::string span = r_.NewSpanId();
     options->traceparent = request_.trace.ChildTraceparent(span);
     options->tracestate = request_.trace.tracestate;
+    return span;
+  }
+
+  // --- spans (router/request_spans.h) ---
+  bool Tracing() const {
+    return r_.span_sink_ != nullptr && !request_.trace.trace_id.empty() && Sampled(request_.trace);
+  }
+  double Wall(MonoTime t) const {
+    return request_.arrived_wall + engines::Seconds(t - request_.arrived);
+  }
+  // Starts a span under the current retry or continuation (else the
+  // request); returns its index in record_.spans, or -1 when not tracing.
+  int OpenSpan(std::string name, SpanKind kind, std::string span_id, MonoTime start) {
+    if (!Tracing()) return -1;
+    PhaseSpan span;
+    span.name = std::move(name);
+    span.span_id = span_id.empty() ? r_.NewSpanId() : std::move(span_id);
+    span.parent_id = group_span_;
+    span.kind = kind;
+    span.start_unix_s = Wall(start);
+    span.end_unix_s = span.start_unix_s;
+    record_.spans.push_back(std::move(span));
+    return static_cast<int>(record_.spans.size()) - 1;
+  }
+  void CloseSpan(int index, std::string error = "") {
+    if (index < 0) return;
+    PhaseSpan& span = record_.spans[static_cast<size_t>(index)];
+    span.end_unix_s = Wall(r_.clock_.Now());
+    span.error = std::move(error);
+  }
+  void SpanAttribute(int index, const std::string& key, nlohmann::json value) {
+    if (index >= 0) record_.spans[static_cast<size_t>(index)].attributes[key] = std::move(value);
+  }
+  // The attributes of a leg's span.
+  void LegSpanAttributes(int index, const engines::EngineTarget& target, int attempt) {
+    SpanAttribute(index, "narwhal.engine.iid", target.iid);
+    SpanAttribute(index, "url.full", target.url);
+    SpanAttribute(index, "http.request.method", "POST");
+    SpanAttribute(index, "narwhal.attempt", attempt);
   }
 
   // The engine leg's request id; it carries the client's own id, if any
@@ -827,6 +891,8 @@ class Router::Run {
   std::optional<StreamLedger> ledger_;
   std::optional<Assembler> assembler_;
   bool continuing_ = false;
+  // The span of the retry or continuation running now ("" = none).
+  std::string group_span_;
   int continuations_ = 0;
   std::vector<uint32_t> continuation_ids_;
   json continuation_body_;
@@ -996,6 +1062,69 @@ void Router::Submit(Request request, std::shared_ptr<ResponseSink> sink,
 void Router::RecordRefused(const Request& request, const Outcome& outcome) {
   WriteJournal(request, outcome, RequestRecord{}, engines::Seconds(clock_.Now() - request.arrived));
   CountRequest(request, outcome);
+  ExportSpans(request, outcome, RequestRecord{});
+}
+
+std::string Router::NewSpanId() {
+  uint64_t id = 0;
+  while (id == 0) id = Rng()();  // an all-zero span id is invalid
+  char span[17];
+  std::snprintf(span, sizeof(span), "%016llx", static_cast<unsigned long long>(id));
+  return span;
+}
+
+void Router::ExportSpans(const Request& request, const Outcome& outcome,
+                         const RequestRecord& record) {
+  if (span_sink_ == nullptr || request.trace.trace_id.empty() || !Sampled(request.trace)) return;
+  RequestSpans spans;
+  spans.trace = request.trace;
+  PhaseSpan& root = spans.request;
+  // OpenTelemetry's GenAI conventions: "{operation} {model}".
+  const std::string operation =
+      request.api == engines::Api::kChatCompletions ? "chat" : "text_completion";
+  std::string model;
+  if (request.body.is_object()) {
+    auto it = request.body.find("model");
+    if (it != request.body.end() && it->is_string()) model = it->get<std::string>();
+  }
+  root.name = model.empty() ? operation : operation + " " + model;
+  root.span_id = NewSpanId();
+  root.kind = SpanKind::kServer;
+  root.start_unix_s = request.arrived_wall;
+  root.end_unix_s = request.arrived_wall + engines::Seconds(clock_.Now() - request.arrived);
+  nlohmann::json& a = root.attributes;
+  a["gen_ai.operation.name"] = operation;
+  a["gen_ai.system"] = "vllm";
+  if (!model.empty()) a["gen_ai.request.model"] = model;
+  if (outcome.prompt_tokens >= 0) a["gen_ai.usage.input_tokens"] = outcome.prompt_tokens;
+  if (outcome.ok()) a["gen_ai.usage.output_tokens"] = outcome.output_tokens;
+  if (!outcome.finish_reason.empty()) {
+    a["gen_ai.response.finish_reasons"] = nlohmann::json::array({outcome.finish_reason});
+  }
+  if (request.door == Door::kHttp) {
+    a["http.request.method"] = "POST";
+    if (journal_status_ != nullptr) {
+      const nlohmann::json status = journal_status_->Status(outcome);
+      if (status.is_number_integer()) a["http.response.status_code"] = status.get<int>();
+    }
+  } else {
+    a["rpc.system"] = "grpc";
+    a["rpc.service"] = "narwhal.v1.Inference";
+  }
+  a["narwhal.request_id"] = request.rid;
+  a["narwhal.terminal"] = std::string(TerminalName(outcome.terminal));
+  a["narwhal.attempts"] = record.attempts;
+  if (!request.tenant.empty()) a["narwhal.tenant"] = request.tenant;
+  if (!outcome.ok()) {
+    a["error.type"] = std::string(ReasonName(outcome.reason));
+    root.error =
+        outcome.message.empty() ? std::string(ReasonName(outcome.reason)) : outcome.message;
+  }
+  spans.phases = record.spans;
+  for (PhaseSpan& phase : spans.phases) {
+    if (phase.parent_id.empty()) phase.parent_id = root.span_id;
+  }
+  span_sink_->Export(std::move(spans));
 }
 
 void Router::CountRequest(const Request& request, const Outcome& outcome) {
@@ -1039,6 +1168,7 @@ void Router::Finish(const Request& request, ResponseSink& sink, Outcome outcome,
   // The row is written, and the admission slot freed, before the client can
   // see the end of its response.
   WriteJournal(request, outcome, record, duration_s);
+  ExportSpans(request, outcome, record);
   inflight_.fetch_sub(1);
   if (request.tenant_hold != nullptr) request.tenant_hold->Release();
   sink.Finish(std::move(outcome));

@@ -89,6 +89,9 @@ class Router {
   // Also writes each finished request's line to `log` (may be null). Call
   // before the first request; `log` must outlive the Router.
   void SetAccessLog(AccessLog* log) { access_log_ = log; }
+  // Where each sampled request's spans go (SPEC §16); null = none. Set
+  // before the first request.
+  void SetSpanSink(SpanSink* sink) { span_sink_ = sink; }
 
   // Requests admitted from now on follow `live`'s generation (B20); without
   // it, the settings the router was made with. `live` must outlive the
@@ -121,6 +124,10 @@ class Router {
   // The request's one journal row, built from its one record.
   void WriteJournal(const Request& request, const Outcome& outcome, const RequestRecord& record,
                     double duration_s);
+  // The request's span and its phases' spans, to the span sink.
+  void ExportSpans(const Request& request, const Outcome& outcome, const RequestRecord& record);
+  // A random span id (16 hex digits, never all zeros).
+  std::string NewSpanId();
   double Backoff(const Settings& settings, int failed_attempt);
   // Cancels every admitted request and waits until each has finished;
   // returns how many there were.
@@ -136,6 +143,7 @@ class Router {
   Metrics* metrics_;
   Journal* journal_;
   AccessLog* access_log_ = nullptr;
+  SpanSink* span_sink_ = nullptr;
   const JournalStatus* journal_status_;
   RetryBudget retry_budget_;
   // B29: the continuation credit pool (continuation.budget, .replenish).

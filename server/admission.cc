@@ -110,8 +110,16 @@ router::Request RequestAdmission::NewRequest(const DoorRequest& door) const {
   r.client_rid = SaneClientRequestId(door.client_request_id);
   // The client's trace is continued; without a valid one the router starts
   // one whose id is the request's own (32 random hex digits).
-  r.trace = router::ParseTraceparent(door.traceparent.value_or(""), door.tracestate.value_or(""))
-                .value_or(router::NewTrace(r.rid));
+  std::optional<router::TraceContext> continued =
+      router::ParseTraceparent(door.traceparent.value_or(""), door.tracestate.value_or(""));
+  if (continued) {
+    r.trace = std::move(*continued);
+  } else {
+    r.trace = router::NewTrace(r.rid);
+    // Exported spans are sampled: a trace the router starts is, when the
+    // router exports (a client's trace keeps the client's decision).
+    if (SettingsOf(r).tracing.enabled()) r.trace.flags |= 0x01;
+  }
   r.door = door.door;
   r.api = door.api;
   r.stream = door.stream;

@@ -51,6 +51,7 @@
 #include "server/process_metrics.h"
 #include "server/status_table.h"
 #include "server/tls_files.h"
+#include "server/tracing/otlp_exporter.h"
 #include "version/build_info.h"
 
 namespace narwhal::server {
@@ -99,6 +100,8 @@ struct Server::Parts {
   std::optional<TlsPem> tls_pem;
   std::unique_ptr<router::Journal> journal;
   std::unique_ptr<router::AccessLog> access_log;
+  // Span export (tracing.otlp_endpoint); null without one.
+  std::unique_ptr<OtlpExporter> span_exporter;
   prometheus::Registry registry;
   std::unique_ptr<router::Metrics> metrics;
   HttpDoorOptions door_options;
@@ -207,6 +210,11 @@ absl::Status Server::Parts::OpenFiles() {
             (options.access_log == "-" ? std::string("stdout") : options.access_log));
   }
   metrics = std::make_unique<router::Metrics>(registry);
+  if (settings.tracing.enabled()) {
+    auto exporter = OtlpExporter::Start(settings.tracing, BuildVersion(), &registry);
+    if (!exporter.ok()) return Failed(std::string(exporter.status().message()));
+    span_exporter = std::move(*exporter);
+  }
   door_options = HttpDoorOptionsFrom(settings);
   if (tls_pem) {
     auto context = TlsServerContext::Create(*tls_pem, &registry);
@@ -229,6 +237,7 @@ void Server::Parts::BuildCore() {
   router = std::make_unique<router::Router>(settings, *engine_client, *fleet, clock, metrics.get(),
                                             journal.get(), std::random_device{}(), &journal_status);
   router->SetAccessLog(access_log.get());
+  router->SetSpanSink(span_exporter.get());
   live = std::make_unique<router::LiveSettings>(settings);
   router->SetLiveSettings(live.get());
 
@@ -440,6 +449,8 @@ void Server::Parts::StopAll() {
   // Every request has ended and queued its row: put them in the file now
   // (the journal's destructor drains again, after the last event row).
   if (journal) journal->Flush();
+  // And its spans: sent once more, bounded by tracing.export_timeout_s.
+  if (span_exporter) span_exporter->Stop();
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {

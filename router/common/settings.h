@@ -230,6 +230,16 @@ struct ContinuationSettings {
   friend bool operator==(const ContinuationSettings&, const ContinuationSettings&) = default;
 };
 
+// Span export (SPEC §16; server/tracing/otlp_exporter).
+struct TracingSettings {
+  std::string otlp_endpoint;  // "http://host:port/path"; "" = no export
+  int max_queued_spans = 8192;
+  double export_interval_s = 1;
+  double export_timeout_s = 5;
+  bool enabled() const { return !otlp_endpoint.empty(); }
+  friend bool operator==(const TracingSettings&, const TracingSettings&) = default;
+};
+
 struct Settings {
   std::string model;  // served model name (required)
   ListenSettings listen;
@@ -248,6 +258,7 @@ struct Settings {
   MembershipSettings membership;
   KvEventsSettings kv_events;
   ContinuationSettings continuation;
+  TracingSettings tracing;
 };
 
 }  // namespace narwhal::router

@@ -163,6 +163,10 @@ const std::vector<KeyRow>& KeyRows() {
        &SameKey<&S::continuation, &ContinuationSettings::max_per_request>},
       {"continuation.budget", &SameKey<&S::continuation, &ContinuationSettings::budget>},
       {"continuation.replenish", &SameKey<&S::continuation, &ContinuationSettings::replenish>},
+      {"tracing.otlp_endpoint", &SameKey<&S::tracing, &TracingSettings::otlp_endpoint>},
+      {"tracing.max_queued_spans", &SameKey<&S::tracing, &TracingSettings::max_queued_spans>},
+      {"tracing.export_interval_s", &SameKey<&S::tracing, &TracingSettings::export_interval_s>},
+      {"tracing.export_timeout_s", &SameKey<&S::tracing, &TracingSettings::export_timeout_s>},
   };
   return rows;
 }
@@ -216,6 +220,7 @@ const std::vector<std::string_view>& RestartKeyPatterns() {
       "kv_events.block_size",
       "kv_events.replay_timeout_s",
       "kv_events.max_blocks_per_engine",
+      "tracing.*",
   };
   return patterns;
 }

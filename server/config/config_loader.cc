@@ -245,6 +245,11 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   continuation->set_max_per_request(s.continuation.max_per_request);
   continuation->set_budget(s.continuation.budget);
   continuation->set_replenish(s.continuation.replenish);
+  pb::Tracing* tracing = c.mutable_tracing();
+  if (!s.tracing.otlp_endpoint.empty()) tracing->set_otlp_endpoint(s.tracing.otlp_endpoint);
+  tracing->set_max_queued_spans(s.tracing.max_queued_spans);
+  tracing->set_export_interval_s(s.tracing.export_interval_s);
+  tracing->set_export_timeout_s(s.tracing.export_timeout_s);
   return c;
 }
 

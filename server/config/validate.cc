@@ -450,6 +450,28 @@ void ValidateContinuation(const Fields& f, router::ContinuationSettings* out) {
   f.Number(C::kReplenishFieldNumber, &out->replenish);
 }
 
+void ValidateTracing(const Fields& f, router::TracingSettings* out) {
+  using T = pb::Tracing;
+  std::string endpoint;
+  if (f.String(T::kOtlpEndpointFieldNumber, &endpoint) && !endpoint.empty()) {
+    constexpr std::string_view kScheme = "http://";
+    const bool http = endpoint.rfind(kScheme, 0) == 0;
+    const std::string_view rest = std::string_view(endpoint).substr(http ? kScheme.size() : 0);
+    const std::string_view host_port = rest.substr(0, rest.find('/'));
+    const std::optional<std::string> why =
+        http ? HostPortError(host_port, 1) : std::optional<std::string>("not http://");
+    if (why) {
+      f.Error(T::kOtlpEndpointFieldNumber, absl::StrCat("must be http://host:port[/path]: ", *why,
+                                                        " (got ", Quote(endpoint), ")"));
+    } else {
+      out->otlp_endpoint = std::move(endpoint);
+    }
+  }
+  f.Int(T::kMaxQueuedSpansFieldNumber, &out->max_queued_spans);
+  f.Number(T::kExportIntervalSFieldNumber, &out->export_interval_s);
+  f.Number(T::kExportTimeoutSFieldNumber, &out->export_timeout_s);
+}
+
 // A handoff older than the producer's lease has lost its blocks, so the
 // router's age limit is below the lease: an explicit one must be, and 0
 // (the default) becomes 80% of the lease, capped by the request deadline.
@@ -527,6 +549,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   if (config.has_continuation()) {
     ValidateContinuation(section(F::kContinuationFieldNumber, config.continuation()),
                          &s.continuation);
+  }
+  if (config.has_tracing()) {
+    ValidateTracing(section(F::kTracingFieldNumber, config.tracing()), &s.tracing);
   }
   if (request_ok && lease_ok) {
     const std::optional<Fields> serving =

@@ -148,6 +148,12 @@ httplib::Client LoopbackClient(int port) {
 
 }  // namespace
 
+HttpCaptureOptions WithHeaders(httplib::Headers headers) {
+  HttpCaptureOptions options;
+  options.headers = std::move(headers);
+  return options;
+}
+
 HttpResult HttpGet(int port, const std::string& path, const httplib::Headers& headers) {
   httplib::Client client = LoopbackClient(port);
   HttpResult out;

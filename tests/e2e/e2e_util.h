@@ -61,6 +61,9 @@ std::string SimBlocksText(const std::string& tag, int blocks);
 double ScrapedMetric(ServeProcess& router, const std::string& name,
                      const std::map<std::string, std::string>& labels = {});
 
+// Capture options that send `headers` with the request.
+HttpCaptureOptions WithHeaders(httplib::Headers headers);
+
 // Simple GET; status 0 when the exchange failed.
 struct HttpResult {
   int status = 0;

@@ -33,12 +33,6 @@ json Rules(std::initializer_list<json> rules) {
   return list;
 }
 
-HttpCaptureOptions WithHeaders(httplib::Headers headers) {
-  HttpCaptureOptions options;
-  options.headers = std::move(headers);
-  return options;
-}
-
 // Whether `record` is the release of an abandoned handoff (a one-token
 // decode whose backend id is "<rid>-<attempt>r"), not a client leg.
 bool IsRelease(const json& record) {

@@ -24,12 +24,6 @@ constexpr char kBatchKey[] = "batch-key-9Lm";
 
 httplib::Headers Bearer(const std::string& key) { return {{"Authorization", "Bearer " + key}}; }
 
-HttpCaptureOptions WithHeaders(const httplib::Headers& headers) {
-  HttpCaptureOptions options;
-  options.headers = headers;
-  return options;
-}
-
 HttpCaptureOptions WithKey(const std::string& key) { return WithHeaders(Bearer(key)); }
 
 // The gRPC status of a Complete call with `key` (and the ErrorInfo of a

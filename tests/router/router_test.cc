@@ -13,7 +13,9 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <set>
 #include <string>
@@ -1524,6 +1526,97 @@ TEST_F(RouterTest, EveryLegCarriesAChildOfTheRequestsTraceAndTheJournalNamesIt) 
   EXPECT_EQ(spans.size(), 4u);  // one span per leg
   for (const auto& d : fake_.decode_calls()) EXPECT_EQ(d.tracestate, "congo=t61rcWkgMzE");
   EXPECT_EQ(Row(rid).value("trace_id", ""), "4bf92f3577b34da6a3ce929d0e0e4736");
+}
+
+// Collects what the router exports.
+class CollectingSpanSink : public SpanSink {
+ public:
+  void Export(RequestSpans spans) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    exported_.push_back(std::move(spans));
+  }
+  std::vector<RequestSpans> exported() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exported_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<RequestSpans> exported_;
+};
+
+TEST_F(RouterTest, ASampledRequestExportsItsSpanAndOneSpanPerPhaseWithTheLegsIds) {
+  settings_.engines = {Engine("p0", Role::kPrefill), Engine("p1", Role::kPrefill),
+                       Engine("d0", Role::kDecode), Engine("d1", Role::kDecode)};
+  settings_.serving.max_attempts = 2;
+  Start();
+  CollectingSpanSink sink;
+  router_->SetSpanSink(&sink);
+  fake_.QueueDecode(nt::DecodeStep::Fail(nt::FirstTokenTimeout()));
+  Request req = MakeRequest(true, Api::kChatCompletions);
+  req.arrived_wall = 1700000000;
+  req.trace = *ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "");
+  ASSERT_EQ(Run(std::move(req)).outcome.terminal, Terminal::kCompleted);
+  const std::vector<RequestSpans> exported = sink.exported();
+  ASSERT_EQ(exported.size(), 1u);
+  const RequestSpans& r = exported[0];
+  EXPECT_EQ(r.trace.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(r.trace.parent_id, "00f067aa0ba902b7");
+  EXPECT_EQ(r.request.name, "chat m");
+  EXPECT_EQ(r.request.kind, SpanKind::kServer);
+  EXPECT_EQ(r.request.attributes["gen_ai.operation.name"], "chat");
+  EXPECT_EQ(r.request.attributes["gen_ai.request.model"], "m");
+  EXPECT_EQ(r.request.attributes["narwhal.attempts"], 2);
+  EXPECT_EQ(r.request.attributes["narwhal.terminal"], "completed");
+  EXPECT_TRUE(r.request.error.empty());
+  EXPECT_EQ(r.request.start_unix_s, 1700000000);
+
+  std::vector<std::string> names;
+  std::map<std::string, const PhaseSpan*> by_id;
+  for (const PhaseSpan& p : r.phases) {
+    names.push_back(p.name);
+    by_id[p.span_id] = &p;
+  }
+  // The first attempt's legs under the request; the second under its retry.
+  EXPECT_EQ(names, (std::vector<std::string>{"admission", "prefill", "handoff_check", "decode",
+                                             "retry", "prefill", "handoff_check", "decode"}));
+  EXPECT_EQ(by_id.size(), r.phases.size());  // distinct ids
+  const std::string retry = r.phases[4].span_id;
+  for (size_t i = 0; i < r.phases.size(); ++i) {
+    EXPECT_EQ(r.phases[i].parent_id, i <= 4 ? r.request.span_id : retry) << i;
+  }
+  EXPECT_EQ(r.phases[4].attributes["narwhal.attempt"], 2);
+  // The failed decode carries its failure; the legs are client spans whose
+  // ids are the ones their engines received.
+  EXPECT_NE(r.phases[3].error.find("no first token within"), std::string::npos)
+      << r.phases[3].error;
+  EXPECT_TRUE(r.phases[7].error.empty());
+  const auto& prefills = fake_.prefill_calls();
+  const auto& decodes = fake_.decode_calls();
+  ASSERT_EQ(prefills.size(), 2u);
+  ASSERT_EQ(decodes.size(), 2u);
+  EXPECT_EQ(prefills[0].traceparent.substr(36, 16), r.phases[1].span_id);
+  EXPECT_EQ(decodes[0].traceparent.substr(36, 16), r.phases[3].span_id);
+  EXPECT_EQ(prefills[1].traceparent.substr(36, 16), r.phases[5].span_id);
+  EXPECT_EQ(decodes[1].traceparent.substr(36, 16), r.phases[7].span_id);
+  EXPECT_EQ(r.phases[1].kind, SpanKind::kClient);
+  EXPECT_EQ(r.phases[3].attributes["narwhal.engine.iid"], decodes[0].target.iid);
+  EXPECT_EQ(r.phases[1].attributes["narwhal.engine.iid"], prefills[0].target.iid);
+  for (const PhaseSpan& p : r.phases) {
+    EXPECT_GE(p.start_unix_s, r.request.start_unix_s) << p.name;
+    EXPECT_LE(p.start_unix_s, p.end_unix_s) << p.name;
+    EXPECT_LE(p.end_unix_s, r.request.end_unix_s) << p.name;
+  }
+}
+
+TEST_F(RouterTest, AnUnsampledTraceExportsNothing) {
+  Start();
+  CollectingSpanSink sink;
+  router_->SetSpanSink(&sink);
+  Request req = MakeRequest(false);
+  req.trace = *ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", "");
+  ASSERT_EQ(Run(std::move(req)).outcome.terminal, Terminal::kCompleted);
+  EXPECT_TRUE(sink.exported().empty());
 }
 
 TEST_F(RouterTest, ARequestWithoutATraceSendsNoTraceHeaders) {

@@ -1388,6 +1388,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
                                {"kv_events_replay", "tcp://g.svc:5558"}});
   config["listen"] = {{"health", "127.0.0.1:8081"}};
   config["discovery"] = {{"dns_servers", {"127.0.0.1:53"}}};
+  config["tracing"] = {{"otlp_endpoint", "http://127.0.0.1:4318/v1/traces"}};
   // Tenants: one key from a variable with every limit, one from a file.
   ASSERT_EQ(setenv("NARWHAL_TEST_PROTO_TENANT_KEY", "key-a", 1), 0);
   char key_path[] = "/tmp/narwhal-tenant-key-XXXXXX";
@@ -1430,6 +1431,7 @@ TEST(ConfigSchema, SettingsToProtoSetsEveryField) {
                                                             &proto.membership(),
                                                             &proto.kv_events(),
                                                             &proto.continuation(),
+                                                            &proto.tracing(),
                                                             &proto.engine_contract()};
   for (const google::protobuf::Message* m : messages) {
     const google::protobuf::Descriptor* d = m->GetDescriptor();
