@@ -15,7 +15,7 @@
 namespace narwhal::server::config_file {
 
 struct ValidateOptions {
-  // Read and check the files of `tls.*`. Off only for a document that is a
+  // Read and check the files of `tls.*` and `engine.tls.*`. Off only for a document that is a
   // running router's effective configuration (its files are on its host).
   bool read_tls_files = true;
 };
