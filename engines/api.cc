@@ -9,14 +9,14 @@ std::string_view ApiPath(Api api) {
   return api == Api::kCompletions ? "/v1/completions" : "/v1/chat/completions";
 }
 
-std::string_view ApiLabel(Api api) {
-  return api == Api::kCompletions ? "completions" : "chat";
-}
+std::string_view ApiLabel(Api api) { return api == Api::kCompletions ? "completions" : "chat"; }
+
+bool IsTlsEngineUrl(std::string_view url) { return url.substr(0, 8) == "https://"; }
 
 bool ParseEngineUrl(const std::string& url, std::string* host, int* port) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.compare(0, kScheme.size(), kScheme) != 0) return false;
-  std::string rest = url.substr(kScheme.size());
+  const std::string_view scheme = IsTlsEngineUrl(url) ? "https://" : "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0) return false;
+  std::string rest = url.substr(scheme.size());
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
   const size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;

@@ -25,7 +25,8 @@
 # (server_component_test, admin_component_test, server_unit_test's config
 # and gRPC call tests), narwhal-sim's tests (sim_test, sim_component_test)
 # and every test that starts narwhal-sim (its state is behind absl::Mutex):
-# beast_engine_client_test, steady_state_alloc_test, relay_alloc_test.
+# beast_engine_client_test, engine_tls_test, steady_state_alloc_test,
+# relay_alloc_test.
 # Debian's libzmq is not built with TSan either: its I/O thread hands each
 # message's bytes over through lock-free pipes TSan cannot see, so every read
 # of a received frame is reported (kv_subscriber_test, which ASan runs; the
@@ -45,8 +46,8 @@ UNIT_TARGETS=(
   server_unit_test config_limits_test server_core_test
 )
 COMPONENT_TARGETS=(
-  engines_http_component_test beast_engine_client_test steady_state_alloc_test
-  sim_component_test engine_text_relay_test cares_resolver_test
+  engines_http_component_test beast_engine_client_test engine_tls_test
+  steady_state_alloc_test sim_component_test engine_text_relay_test cares_resolver_test
   server_component_test http_door_test relay_alloc_test admin_component_test
   kv_subscriber_test kv_events_sim_test
 )

@@ -25,6 +25,7 @@
 #include "engines/http/decode_stream.h"
 #include "engines/http/leg_failures.h"
 #include "engines/http/leg_timer.h"
+#include "engines/http/tls_client.h"
 #include "engines/json_limits.h"
 
 namespace narwhal::engines {
@@ -151,7 +152,7 @@ std::string TooManyInterimResponses(std::string_view what) {
 // the read fails with http::error::bad_status). The leg's timer bounds the
 // whole wait.
 template <class Parser, class Make>
-Awaitable<error_code> ReadFinalHeader(tcp::socket& socket, beast::flat_buffer& buffer,
+Awaitable<error_code> ReadFinalHeader(EngineSocket& socket, beast::flat_buffer& buffer,
                                       std::shared_ptr<Parser>& parser, const Make& make,
                                       bool* too_many) {
   error_code ec;
@@ -172,12 +173,8 @@ constexpr size_t kDecodeReadBytes = 4096;
 
 struct LegIo {
   LegIo(const Executor& executor, size_t buffer_limit) : socket(executor), buffer(buffer_limit) {}
-  void Close() {
-    error_code ignored;
-    socket.shutdown(tcp::socket::shutdown_both, ignored);
-    socket.close(ignored);
-  }
-  tcp::socket socket;
+  void Close() { socket.Close(); }
+  EngineSocket socket;
   beast::flat_buffer buffer;
   bool cancelled = false;
   bool reused = false;  // taken from the pool (may have gone stale)
@@ -186,13 +183,16 @@ struct LegIo {
 // One leg's connection, timer and cancel hook.
 class Leg {
  public:
+  // `tls`: the engine is https:// (its connections are TLS sessions of
+  // that context, pooled apart from plain ones); null: plain TCP.
   Leg(const Clock& clock, const Executor& executor, std::string host, int port, CancelToken* cancel,
-      size_t buffer_limit)
+      size_t buffer_limit, std::shared_ptr<const TlsClientContext> tls = nullptr)
       : clock_(clock),
         executor_(executor),
         host_(std::move(host)),
         port_(port),
-        key_(host_ + ":" + std::to_string(port)),
+        key_((tls != nullptr ? "https://" : "") + host_ + ":" + std::to_string(port)),
+        tls_(std::move(tls)),
         io_(std::make_shared<LegIo>(executor, buffer_limit)),
         timer_(clock, executor, [io = io_.get()] { io->Close(); }) {
     if (cancel != nullptr) {
@@ -215,11 +215,16 @@ class Leg {
   LegIo& io() { return *io_; }
   bool cancelled() const { return io_->cancelled; }
   const std::string& key() const { return key_; }
+  // Why the TLS handshake of the last fresh connection failed ("TLS
+  // handshake with https://h:p failed: ..."); empty when it did not.
+  const std::string& tls_error() const { return tls_error_; }
+  // The leg's connection is a TLS one it opened (not a pooled one).
+  bool new_tls() const { return tls_ != nullptr && !io_->reused; }
 
   // A pooled connection, else a new one.
   Awaitable<error_code> Connect() {
     ConnectionPool& pool = ConnectionPool::Of(executor_);
-    if (std::optional<tcp::socket> s = pool.Take(key_, clock_.Now())) {
+    if (std::optional<EngineSocket> s = pool.Take(key_, clock_.Now())) {
       io_->socket = std::move(*s);
       io_->reused = true;
       co_return error_code{};
@@ -232,7 +237,8 @@ class Leg {
     ConnectionPool& pool = ConnectionPool::Of(executor_);
     io_->reused = false;
     io_->Close();
-    io_->socket = tcp::socket(executor_);
+    io_->socket = EngineSocket(executor_);
+    tls_error_.clear();
     error_code ec;
     std::vector<tcp::endpoint> endpoints;
     if (const auto* cached = pool.Endpoints(key_)) {
@@ -244,13 +250,32 @@ class Leg {
       for (const auto& r : results) endpoints.push_back(r.endpoint());
       pool.SetEndpoints(key_, endpoints);
     }
-    co_await asio::async_connect(io_->socket, endpoints, Redirect(ec));
+    co_await asio::async_connect(io_->socket.tcp(), endpoints, Redirect(ec));
     if (ec) {
       pool.ForgetEndpoints(key_);
       co_return ec;
     }
-    io_->socket.set_option(tcp::no_delay(true), ec);
+    io_->socket.tcp().set_option(tcp::no_delay(true), ec);
+    if (tls_ != nullptr) co_return co_await Handshake();
     co_return error_code{};
+  }
+
+  // The TLS handshake of a fresh connection (bounded by the connect timer,
+  // like the TCP connect): certificate and server name verified.
+  Awaitable<error_code> Handshake() {
+    std::string why;
+    std::unique_ptr<TlsSession> session =
+        TlsSession::Make(*tls_, std::move(io_->socket.tcp()), host_, &why);
+    error_code ec;
+    if (session == nullptr) {
+      ec = asio::error::invalid_argument;
+    } else {
+      io_->socket.StartTls(std::move(session));
+      co_await io_->socket.async_handshake(Redirect(ec));
+      if (ec) why = io_->socket.tls()->HandshakeError(ec);
+    }
+    if (ec) tls_error_ = "TLS handshake with " + key_ + " failed: " + why;
+    co_return ec;
   }
 
   // Gives the connection back for reuse.
@@ -267,6 +292,8 @@ class Leg {
   std::string host_;
   int port_;
   std::string key_;
+  std::shared_ptr<const TlsClientContext> tls_;
+  std::string tls_error_;
   std::shared_ptr<LegIo> io_;
   LegTimer timer_;
   std::optional<CancelToken::Registration> cancel_hook_;
@@ -322,27 +349,50 @@ Awaitable<void> DrainAndPool(std::shared_ptr<LegIo> io, std::shared_ptr<DecodePa
 }  // namespace
 
 BeastEngineClient::BeastEngineClient(HttpEngineClientOptions options, const Clock& clock)
-    : options_(std::make_shared<const HttpEngineClientOptions>(std::move(options))),
+    : tls_(std::make_shared<const TlsClientContext>(options.tls)),
+      options_(std::make_shared<const HttpEngineClientOptions>(std::move(options))),
       clock_(clock) {}
+
+BeastEngineClient::~BeastEngineClient() = default;
 
 void BeastEngineClient::SetOptions(HttpEngineClientOptions options) {
   options_.Publish(std::make_shared<const HttpEngineClientOptions>(std::move(options)));
 }
 
+std::shared_ptr<const TlsClientContext> BeastEngineClient::TlsFor(const std::string& url) const {
+  return IsTlsEngineUrl(url) ? tls_ : nullptr;
+}
+
 namespace {
 
-// Transport failure of a leg that got no response status.
+// Transport failure of a leg that got no response status. A failed TLS
+// handshake (`tls_error`) is a failed connect: the engine never got the
+// request, and failover and breakers treat it as a refused connection.
+// A new TLS connection lost before a response is most often an engine
+// that refused the client certificate: with TLS 1.3 it says so only after
+// the client's side of the handshake, and the alert may be lost with the
+// connection; the detail says so.
 EngineFailure TransportFailure(Phase phase, const EngineTarget& target, const error_code& ec,
-                               bool connected, const std::string& key) {
+                               bool connected, const Leg& leg) {
+  const std::string& key = leg.key();
+  if (!leg.tls_error().empty()) {
+    return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
+                       BreakerClass::kConnection, FailureCause::kConnectFailed,
+                       "engine unreachable: " + leg.tls_error(), true);
+  }
   if (!connected) {
     return MakeFailure(phase, target.iid, FailureReason::kEngineUnreachable,
                        BreakerClass::kConnection, FailureCause::kConnectFailed,
                        "engine unreachable: connect to " + key + " failed: " + Cause(ec), true);
   }
-  return MakeFailure(phase, target.iid, FailureReason::kEngineConnection, BreakerClass::kTimeout,
-                     FailureCause::kConnectionLost,
-                     "connection to engine lost before a response (" + key + "): " + Cause(ec),
-                     true);
+  return MakeFailure(
+      phase, target.iid, FailureReason::kEngineConnection, BreakerClass::kTimeout,
+      FailureCause::kConnectionLost,
+      "connection to engine lost before a response (" + key + "): " + Cause(ec) +
+          (leg.new_tls() ? " (a new TLS connection: did the engine refuse the client "
+                           "certificate? engine.tls.cert_file)"
+                         : ""),
+      true);
 }
 
 }  // namespace
@@ -385,7 +435,8 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
   }
 
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts));
+  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts),
+          TlsFor(producer.url));
   const std::string body = BuildPrefillBody(client_body).dump();
   {
     // A pooled connection is checked before reuse; a failure on it is a
@@ -406,7 +457,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
       co_return out;
     }
     if (ec) {
-      out.failure = TransportFailure(kPhase, producer, ec, false, leg.key());
+      out.failure = TransportFailure(kPhase, producer, ec, false, leg);
       co_return out;
     }
     leg.timer().Arm(deadline, deadline_bound);
@@ -465,7 +516,7 @@ Awaitable<PrefillOutcome> BeastEngineClient::Prefill(EngineTarget producer, Api 
                                       "response: " +
                                           Cause(ec),
                                       true)
-                        : TransportFailure(kPhase, producer, ec, true, leg.key());
+                        : TransportFailure(kPhase, producer, ec, true, leg);
       co_return out;
     }
     leg.timer().Stop();
@@ -522,7 +573,8 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   }
   DecodeStream stream(opts, consumer, started, options.request_deadline, observer);
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts));
+  Leg leg(clock_, executor, host, port, options.cancel, ReadBufferLimit(opts),
+          TlsFor(consumer.url));
   LegTimer& timer = leg.timer();
   const auto arm = [&timer](const LegAlarm& alarm) { timer.Arm(alarm.at, alarm.bound); };
   const bool same_worker = consumer.iid == handoff.producer_iid();
@@ -620,7 +672,7 @@ Awaitable<DecodeOutcome> BeastEngineClient::Decode(EngineTarget consumer,
   if (too_many_interim) end.interim_bound = TooManyInterimResponses("decode response");
   end.response_bound = ResponseBoundError(ec, *parser, opts, "decode response");
   if (stream.status() == 0) {
-    end.transport = TransportFailure(Phase::kDecode, consumer, ec, connected, leg.key());
+    end.transport = TransportFailure(Phase::kDecode, consumer, ec, connected, leg);
   }
   co_return stream.Finish(std::move(end));
 }
@@ -639,7 +691,7 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
     co_return out;
   }
   const Executor executor = co_await asio::this_coro::executor;
-  Leg leg(clock_, executor, host, port, nullptr, ReadBufferLimit(opts));
+  Leg leg(clock_, executor, host, port, nullptr, ReadBufferLimit(opts), TlsFor(engine.url));
   const MonoTime deadline = clock_.Now() + FromSeconds(timeout_s);
   const MonoTime connect_deadline = clock_.Now() + FromSeconds(opts.connect_timeout_s);
   leg.timer().Arm(std::min(deadline, connect_deadline), LegBound::kLeg);
@@ -680,6 +732,8 @@ Awaitable<ControlResponse> BeastEngineClient::Control(EngineTarget engine, std::
     out.error = "response exceeds " + std::to_string(opts.max_response_bytes) + " bytes";
   } else if (std::string bound = ResponseBoundError(ec, parser, opts, "response"); !bound.empty()) {
     out.error = std::move(bound);
+  } else if (!leg.tls_error().empty()) {
+    out.error = leg.tls_error();
   } else if (ec) {
     out.error = (parser.is_header_done() ? "connection lost while reading the response from "
                                          : "no response from ") +

@@ -27,6 +27,7 @@
 #ifndef NARWHAL_ENGINES_HTTP_BEAST_ENGINE_CLIENT_H_
 #define NARWHAL_ENGINES_HTTP_BEAST_ENGINE_CLIENT_H_
 
+#include <memory>
 #include <string>
 
 #include "engines/clock.h"
@@ -36,14 +37,16 @@
 
 namespace narwhal::engines {
 
+class TlsClientContext;  // engines/http/tls_client.h
+
 class BeastEngineClient : public AsyncEngineClient {
  public:
   // `clock` must outlive the client.
   BeastEngineClient(HttpEngineClientOptions options, const Clock& clock);
+  ~BeastEngineClient() override;
 
   Awaitable<PrefillOutcome> Prefill(EngineTarget producer, Api api,
-                                    const nlohmann::json& client_body,
-                                    LegOptions options) override;
+                                    const nlohmann::json& client_body, LegOptions options) override;
 
   Awaitable<DecodeOutcome> Decode(EngineTarget consumer, const PrefillResult& handoff,
                                   const nlohmann::json& client_body, bool client_streams,
@@ -53,11 +56,18 @@ class BeastEngineClient : public AsyncEngineClient {
                                      std::string body, double timeout_s) override;
 
   // The options in force; SetOptions replaces them for legs that start
-  // later (a reload).
+  // later (a reload), all but `tls`.
   std::shared_ptr<const HttpEngineClientOptions> options() const { return options_.Get(); }
   void SetOptions(HttpEngineClientOptions options);
 
  private:
+  // The TLS context of https:// engines (`url`); null for http:// ones.
+  std::shared_ptr<const TlsClientContext> TlsFor(const std::string& url) const;
+
+  // Built from the first options' tls: engine.tls needs a restart
+  // (SetOptions keeps it), and its files are read once, at the first TLS
+  // connection.
+  const std::shared_ptr<const TlsClientContext> tls_;
   SnapshotSlot<HttpEngineClientOptions> options_;
   const Clock& clock_;
 };

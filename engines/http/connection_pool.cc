@@ -12,7 +12,8 @@ namespace {
 bool LooksOpen(ConnectionPool::Socket& socket) {
   if (!socket.is_open()) return false;
   char byte;
-  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  // A TLS connection the engine closed has its close_notify (or EOF) here.
+  const ssize_t n = ::recv(socket.tcp().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
@@ -27,8 +28,7 @@ std::optional<ConnectionPool::Socket> ConnectionPool::Take(const std::string& ke
     Idle idle = std::move(list.back());
     list.pop_back();
     if (now - idle.since <= kMaxIdle && LooksOpen(idle.socket)) return std::move(idle.socket);
-    boost::system::error_code ignored;
-    idle.socket.close(ignored);
+    idle.socket.Close();
   }
   return std::nullopt;
 }

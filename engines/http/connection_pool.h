@@ -13,6 +13,8 @@
 #ifndef NARWHAL_ENGINES_HTTP_CONNECTION_POOL_H_
 #define NARWHAL_ENGINES_HTTP_CONNECTION_POOL_H_
 
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <deque>
 #include <map>
 #include <memory>
@@ -20,17 +22,15 @@
 #include <string>
 #include <vector>
 
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-
 #include "engines/api.h"
 #include "engines/clock.h"
+#include "engines/http/engine_socket.h"
 
 namespace narwhal::engines {
 
 class ConnectionPool : public boost::asio::execution_context::service {
  public:
-  using Socket = boost::asio::ip::tcp::socket;
+  using Socket = EngineSocket;
   static inline boost::asio::execution_context::id id;
 
   // Idle connections older than this are closed instead of reused.
@@ -45,7 +45,8 @@ class ConnectionPool : public boost::asio::execution_context::service {
     return boost::asio::use_service<ConnectionPool>(executor.context());
   }
 
-  // An idle connection to `key` ("host:port") that still looks open, if any.
+  // An idle connection to `key` ("host:port", "https://host:port" for TLS
+  // connections) that still looks open, if any.
   std::optional<Socket> Take(const std::string& key, MonoTime now);
   // Keeps `socket` for reuse unless `key` already has `max_idle` idle ones.
   // `clock` and `executor` (this pool's loop) arm the idle sweep.

@@ -9,6 +9,16 @@
 
 namespace narwhal::engines {
 
+// TLS to https:// engines (engines/http/tls_client.h). Certificates are
+// always verified, and so is the server name; TLS 1.2 or later.
+struct EngineTlsOptions {
+  std::string ca_file;      // PEM CA bundle; empty = the system's default trust store
+  std::string cert_file;    // PEM client certificate chain (mTLS); set with key_file
+  std::string key_file;     // its PEM private key; set with cert_file
+  std::string server_name;  // checked against the certificate and sent as SNI; empty = URL host
+  friend bool operator==(const EngineTlsOptions&, const EngineTlsOptions&) = default;
+};
+
 struct HttpEngineClientOptions {
   double first_token_timeout_s = 2.5;  // B12
   double decode_read_timeout_s = 10;   // B13; 0 = request deadline bounds the stream
@@ -32,6 +42,7 @@ struct HttpEngineClientOptions {
   size_t max_event_bytes = 16 * 1024 * 1024;
   // Idle keep-alive connections kept per engine on each event loop.
   size_t max_idle_connections = 256;
+  EngineTlsOptions tls;
 };
 
 }  // namespace narwhal::engines

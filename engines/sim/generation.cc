@@ -86,8 +86,7 @@ Generation::Prelude Generation::RunPrelude() {
   } else if (request_.kv.kind == KvParams::Kind::kConsumer) {
     const WaitEnd how = waiter_.Sleep(Millis(state_.options.kv_transfer_ms));
     if (how != WaitEnd::kElapsed) return interrupted(how);
-    const PullReply reply =
-        PullHandoff(request_.kv, state_.options.engine_id, ctx_.id, kPullTimeout);
+    const PullReply reply = PullHandoff(request_.kv, state_.options, ctx_.id, kPullTimeout);
     if (reply.ok) {
       // vLLM counts the pulled tokens as cached, all but the last one,
       // which it recomputes.

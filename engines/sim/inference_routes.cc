@@ -40,7 +40,7 @@ constexpr absl::Duration kNotifyTimeout = absl::Seconds(2);
 void NotifyProducerOfRejection(EngineState& state, const KvParams& kv,
                                const std::string& request_id, int status) {
   if (kv.kind != KvParams::Kind::kConsumer) return;
-  const PullReply reply = NotifyRejected(kv, state.options.engine_id, request_id, kNotifyTimeout);
+  const PullReply reply = NotifyRejected(kv, state.options, request_id, kNotifyTimeout);
   if (reply.ok) {
     state.log.Info(absl::StrCat("refused request ", request_id, " (", status,
                                 ") before admission; producer ", kv.remote_engine_id,

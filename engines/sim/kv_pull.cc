@@ -19,10 +19,15 @@ bool SameBlocks(const nlohmann::json& sent, const nlohmann::json& held) {
   return held.is_array() && held.size() == 1 && sent == held[0];
 }
 
-httplib::Result Post(const KvParams& params, const std::string& path,
-                     const std::string& consumer_engine_id, const std::string& consumer_request_id,
-                     absl::Duration timeout) {
-  httplib::Client client(params.remote_host, params.remote_port);
+httplib::Result Post(const KvParams& params, const std::string& path, const SimOptions& consumer,
+                     const std::string& consumer_request_id, absl::Duration timeout) {
+  const std::string& consumer_engine_id = consumer.engine_id;
+  const bool tls = !consumer.tls_cert_file.empty();
+  const bool v6 = params.remote_host.find(':') != std::string::npos;
+  httplib::Client client(absl::StrCat(tls ? "https://" : "http://", v6 ? "[" : "",
+                                      params.remote_host, v6 ? "]" : "", ":", params.remote_port),
+                         consumer.tls_cert_file, consumer.tls_key_file);
+  if (tls) client.enable_server_certificate_verification(false);
   const auto limit = absl::ToChronoMicroseconds(timeout);
   client.set_connection_timeout(limit);
   client.set_read_timeout(limit);
@@ -36,11 +41,10 @@ httplib::Result Post(const KvParams& params, const std::string& path,
 
 }  // namespace
 
-PullReply NotifyRejected(const KvParams& params, const std::string& consumer_engine_id,
+PullReply NotifyRejected(const KvParams& params, const SimOptions& consumer,
                          const std::string& consumer_request_id, absl::Duration timeout) {
   PullReply reply;
-  httplib::Result result =
-      Post(params, "/sim/kv/release", consumer_engine_id, consumer_request_id, timeout);
+  httplib::Result result = Post(params, "/sim/kv/release", consumer, consumer_request_id, timeout);
   if (!result) {
     reply.detail = absl::StrCat("producer ", params.remote_host, ":", params.remote_port,
                                 " unreachable (", httplib::to_string(result.error()), ")");
@@ -52,11 +56,10 @@ PullReply NotifyRejected(const KvParams& params, const std::string& consumer_eng
   return reply;
 }
 
-PullReply PullHandoff(const KvParams& params, const std::string& consumer_engine_id,
+PullReply PullHandoff(const KvParams& params, const SimOptions& consumer,
                       const std::string& consumer_request_id, absl::Duration timeout) {
   PullReply reply;
-  httplib::Result result =
-      Post(params, "/sim/kv/pull", consumer_engine_id, consumer_request_id, timeout);
+  httplib::Result result = Post(params, "/sim/kv/pull", consumer, consumer_request_id, timeout);
   if (!result) {
     reply.detail = absl::StrCat("producer ", params.remote_host, ":", params.remote_port,
                                 " unreachable (", httplib::to_string(result.error()), ")");

@@ -19,6 +19,7 @@ uint64_t BeginRecord(EngineState& state, const httplib::Request& req) {
   record.at = NowSeconds();
   record.method = req.method;
   record.path = req.path;
+  record.peer_port = req.remote_port;
   for (const auto& [name, value] : req.headers) {
     const std::string key = absl::AsciiStrToLower(name);
     // httplib adds these itself; they say nothing about the client.

@@ -43,7 +43,8 @@ nlohmann::json RequestRecord::ToJson() const {
           {"fault", OrNull(fault)},
           {"ended_at", ended_at == 0 ? nlohmann::json(nullptr) : nlohmann::json(ended_at)},
           {"end", OrNull(std::string(RequestEndName(end)))},
-          {"tokens_sent", tokens_sent}};
+          {"tokens_sent", tokens_sent},
+          {"peer_port", peer_port}};
 }
 
 RequestLog::RequestLog(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}

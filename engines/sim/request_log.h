@@ -50,10 +50,14 @@ struct RequestRecord {
   double ended_at = 0;          // 0 while open
   RequestEnd end = RequestEnd::kOpen;
   int tokens_sent = 0;
+  // The client's port: requests with one peer_port came over one
+  // connection (how tests count connections, and so TLS handshakes).
+  int peer_port = 0;
 
   // {"seq", "at", "method", "path", "phase", "headers", "body",
   //  "body_bytes", "body_truncated", "status", "fault", "ended_at", "end",
-  //  "tokens_sent"}; empty strings and zero times/statuses are null.
+  //  "tokens_sent", "peer_port"}; empty strings and zero times/statuses are
+  //  null.
   nlohmann::json ToJson() const;
 };
 

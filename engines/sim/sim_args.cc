@@ -60,6 +60,9 @@ const char* SimUsage() {
          "  --kv-events-encoding map|array  events as maps (vLLM >= 0.24) or arrays (<= 0.23) "
          "(default map)\n"
          "  --kv-events-topic T             the events' topic frame (default empty)\n"
+         "  --tls-cert-file F               serve HTTPS with this PEM certificate chain\n"
+         "  --tls-key-file F                ... and this PEM private key (both or neither)\n"
+         "  --tls-client-ca-file F          require client certificates this PEM CA signed\n"
          "  --prefill-lanes N               prefills computed at once, 0 = unlimited (default 0)\n"
          "  --enable-prompt-tokens-details  usage carries prompt_tokens_details.cached_tokens "
          "(default off)\n"
@@ -174,6 +177,13 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args, const
       } else {
         return Bad(flag, "must be fail or recompute");
       }
+    } else if (flag == "--tls-cert-file" || flag == "--tls-key-file" ||
+               flag == "--tls-client-ca-file") {
+      if (value.empty()) return Bad(flag, "must not be empty");
+      std::string& field = flag == "--tls-cert-file"  ? o.tls_cert_file
+                           : flag == "--tls-key-file" ? o.tls_key_file
+                                                      : o.tls_client_ca_file;
+      field = value;
     } else if (flag == "--api-key-env") {
       std::string key;
       if (value.empty() || !env(value, &key) || key.empty()) {
@@ -189,6 +199,12 @@ absl::StatusOr<SimArgs> ParseSimArgs(const std::vector<std::string>& args, const
   if (!have_port) return absl::InvalidArgumentError("--port: required");
   if (!have_engine_id) {
     return absl::InvalidArgumentError("--engine-id: required");
+  }
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert-file and --tls-key-file: both or neither");
+  }
+  if (!o.tls_client_ca_file.empty() && o.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls-client-ca-file: requires --tls-cert-file");
   }
   return parsed;
 }

@@ -25,6 +25,15 @@ constexpr int kListenBacklog = 1024;
 constexpr size_t kMaxRequestBytes = 32 << 20;
 constexpr absl::Duration kStartTimeout = absl::Seconds(10);
 
+// An HTTPS server when the options name a certificate (and with a client
+// CA, one that requires and verifies client certificates), else HTTP.
+std::unique_ptr<httplib::Server> NewServer(const SimOptions& options) {
+  if (options.tls_cert_file.empty()) return std::make_unique<httplib::Server>();
+  return std::make_unique<httplib::SSLServer>(
+      options.tls_cert_file.c_str(), options.tls_key_file.c_str(),
+      options.tls_client_ca_file.empty() ? nullptr : options.tls_client_ca_file.c_str());
+}
+
 void IgnoreSigpipe() {
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
@@ -35,10 +44,10 @@ void IgnoreSigpipe() {
 }  // namespace
 
 struct SimEngine::Impl {
-  explicit Impl(SimOptions options) : state(std::move(options)) {}
+  explicit Impl(SimOptions options) : state(std::move(options)), server(NewServer(state.options)) {}
 
   EngineState state;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;
   std::thread thread;
   std::atomic<int> listen_fd{-1};
   std::atomic<bool> thread_done{false};
@@ -54,7 +63,8 @@ SimEngine::~SimEngine() { Stop(); }
 int SimEngine::port() const { return impl_->state.port.load(); }
 
 std::string SimEngine::url() const {
-  return absl::StrCat("http://", impl_->state.advertised_host, ":", port());
+  return absl::StrCat(impl_->state.options.tls_cert_file.empty() ? "http://" : "https://",
+                      impl_->state.advertised_host, ":", port());
 }
 
 const SimOptions& SimEngine::options() const { return impl_->state.options; }
@@ -66,7 +76,16 @@ absl::Status SimEngine::Start() {
   impl.started = true;
   IgnoreSigpipe();
   const SimOptions& options = impl.state.options;
-  httplib::Server& server = impl.server;
+  httplib::Server& server = *impl.server;
+  if (!server.is_valid()) {
+    impl.stopped = true;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot serve HTTPS with --tls-cert-file \"", options.tls_cert_file,
+        "\" and --tls-key-file \"", options.tls_key_file, "\"",
+        options.tls_client_ca_file.empty()
+            ? ""
+            : absl::StrCat(" and --tls-client-ca-file \"", options.tls_client_ca_file, "\"")));
+  }
 
   const int threads = options.threads > 0 ? options.threads : 1;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -138,7 +157,7 @@ absl::Status SimEngine::Start() {
   impl.state.port = port;
 
   impl.thread = std::thread([&impl] {
-    impl.server.listen_after_bind();
+    impl.server->listen_after_bind();
     impl.thread_done = true;
   });
   const absl::Time deadline = absl::Now() + kStartTimeout;
@@ -152,7 +171,8 @@ absl::Status SimEngine::Start() {
     impl.stopped = true;
     return absl::InternalError(absl::StrCat("server on port ", port, " did not start"));
   }
-  impl.state.log.Info(absl::StrCat("listening on ", options.host, ":", port, " (model ",
+  impl.state.log.Info(absl::StrCat("listening on ", options.host, ":", port,
+                                   options.tls_cert_file.empty() ? "" : " over HTTPS", " (model ",
                                    options.model, ", role ", RoleName(options.role), ", vllm ",
                                    options.vllm_version, ")"));
   return absl::OkStatus();
@@ -164,7 +184,7 @@ void SimEngine::Stop() {
   if (!impl.started || impl.stopped) return;
   impl.stopped = true;
   impl.state.stopping.Notify();
-  impl.server.stop();
+  impl.server->stop();
   // Idle keep-alive connections would otherwise hold their workers (and so
   // the join below) for the whole keep-alive timeout.
   ShutdownAcceptedSockets(impl.state.port.load());

@@ -46,7 +46,8 @@ class SimEngine {
 
   // The bound port; 0 before Start().
   int port() const;
-  // "http://<host>:<port>" with the advertised host.
+  // "http://<host>:<port>" with the advertised host ("https://" when the
+  // options name a TLS certificate).
   std::string url() const;
   const SimOptions& options() const;
 

@@ -70,6 +70,12 @@ struct SimOptions {
   int prefill_lanes = 0;
   // When non-empty, /v1/* requires "Authorization: Bearer <api_key>".
   std::string api_key;
+  // HTTPS instead of HTTP: the PEM certificate chain and key served (both or
+  // neither), and a PEM CA bundle that, when set, makes every client present
+  // a certificate it signed (mTLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   // Tokens per prefix-cache block (vLLM's --block-size).
   int block_size = 16;
   // KV-cache events (engines/sim/kv_event_publisher.h): the PUB's port (0

@@ -218,6 +218,13 @@ unchanged to EngineClient.decode(). Immutable.
              if (!url.empty() && url.back() == '/') url.pop_back();
              std::string host;
              int port = 0;
+             // The Python client has no engine.tls options: https:// engines
+             // are for the router (engines/http/tls_client.h).
+             if (engines::IsTlsEngineUrl(url)) {
+               throw py::value_error(
+                   "url must be http://host:port: https:// engines are not supported by the "
+                   "Python client (got \"" + url + "\")");
+             }
              if (!engines::ParseEngineUrl(url, &host, &port)) {
                throw py::value_error("url must be http://host:port (got \"" + url + "\")");
              }

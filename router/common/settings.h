@@ -119,6 +119,16 @@ struct AdminSettings {
   double watch_stall_timeout_s = 10;  // time to take the end before cancellation
 };
 
+// TLS to https:// engines (engine.tls, engines/http/tls_client.h): PEM file
+// paths (the loader checked them) and the server name; empty = unset.
+struct EngineTlsSettings {
+  std::string ca_file;      // empty: the system's default trust store
+  std::string cert_file;    // client certificate (mTLS), with key_file
+  std::string key_file;     // its private key, with cert_file
+  std::string server_name;  // empty: each engine URL's host
+  friend bool operator==(const EngineTlsSettings&, const EngineTlsSettings&) = default;
+};
+
 struct EngineIoSettings {
   double first_token_timeout_s = 2.5;       // B12; also each probe leg's budget
   double decode_read_timeout_s = 10;        // B13; 0 = request deadline bounds the stream
@@ -126,6 +136,7 @@ struct EngineIoSettings {
   double health_timeout_s = 5;              // health / identity requests
   std::string connector = "NixlConnector";  // a known connector
   std::string api_key_env;                  // env var holding the Bearer token for engines
+  EngineTlsSettings tls;                    // restart-only
 };
 
 // The KV handoff contract (engines/descriptor_contract.h).

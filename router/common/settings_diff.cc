@@ -34,6 +34,12 @@ bool SameContractKey(const Settings& a, const Settings& b) {
          (*a.engine_contract).*Field == (*b.engine_contract).*Field;
 }
 
+// A key of engine.tls.
+template <auto Field>
+bool SameEngineTlsKey(const Settings& a, const Settings& b) {
+  return a.engine.tls.*Field == b.engine.tls.*Field;
+}
+
 bool SameContractPresence(const Settings& a, const Settings& b) {
   return a.engine_contract.has_value() == b.engine_contract.has_value();
 }
@@ -112,6 +118,10 @@ const std::vector<KeyRow>& KeyRows() {
       {"engine.health_timeout_s", &SameKey<&S::engine, &EngineIoSettings::health_timeout_s>},
       {"engine.connector", &SameKey<&S::engine, &EngineIoSettings::connector>},
       {"engine.api_key_env", &SameKey<&S::engine, &EngineIoSettings::api_key_env>},
+      {"engine.tls.ca_file", &SameEngineTlsKey<&EngineTlsSettings::ca_file>},
+      {"engine.tls.cert_file", &SameEngineTlsKey<&EngineTlsSettings::cert_file>},
+      {"engine.tls.key_file", &SameEngineTlsKey<&EngineTlsSettings::key_file>},
+      {"engine.tls.server_name", &SameEngineTlsKey<&EngineTlsSettings::server_name>},
       {"recovery.eject_after", &SameKey<&S::recovery, &RecoverySettings::eject_after>},
       {"recovery.failure_quarantine_s",
        &SameKey<&S::recovery, &RecoverySettings::failure_quarantine_s>},
@@ -196,7 +206,8 @@ std::string NameList(const std::vector<std::string>& names) {
 }  // namespace
 
 const std::vector<std::string_view>& RestartKeyPatterns() {
-  // The listeners are bound, the TLS files read, the admin service built,
+  // The listeners are bound, the TLS files read (the listeners' and the
+  // engine client's), the admin service built,
   // the event loops and the HTTP door's connection table sized, its head
   // and body bounds and the clients' API key set (and the gRPC server's
   // message bound derived) at start-up; the model name is what every engine
@@ -207,6 +218,7 @@ const std::vector<std::string_view>& RestartKeyPatterns() {
       "model",
       "listen.*",
       "tls.*",
+      "engine.tls.*",
       "admin.*",
       "serving.io_threads",
       "serving.max_connections",

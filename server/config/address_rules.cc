@@ -72,17 +72,15 @@ std::optional<std::string> HostPortError(std::string_view text, int min_port,
   return std::nullopt;
 }
 
-// Why `url` is not "http://host:port" (optionally with a trailing "/"), or
-// nullopt when it is; then *normalized is the URL without the trailing "/"
-// and *identity is HostIdentity(host) and the port, for duplicates.
+// Why `url` is not "http://host:port" or "https://host:port" (optionally
+// with a trailing "/"), or nullopt when it is; then *normalized is the URL
+// without the trailing "/" and *identity is HostIdentity(host) and the port,
+// for duplicates (the scheme is not part of it: one port serves one).
 std::optional<std::string> EngineUrlError(const std::string& url, std::string* normalized,
                                           std::string* identity) {
-  constexpr std::string_view kScheme = "http://";
   if (url.find('@') != std::string::npos) return "credentials are not allowed";
-  if (url.rfind("https://", 0) == 0) {
-    return "https is not supported (engines are reached over plain http)";
-  }
-  if (url.rfind(kScheme, 0) != 0) return "must start with http://";
+  const std::string_view kScheme = url.rfind("https://", 0) == 0 ? "https://" : "http://";
+  if (url.rfind(kScheme, 0) != 0) return "must start with http:// or https://";
   std::string_view rest = std::string_view(url).substr(kScheme.size());
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   if (rest.find_first_of("?#") != std::string_view::npos) {

@@ -192,6 +192,11 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   engine->set_health_timeout_s(s.engine.health_timeout_s);
   engine->set_connector(s.engine.connector);
   engine->set_api_key_env(s.engine.api_key_env);
+  pb::EngineTls* engine_tls = engine->mutable_tls();  // empty: every key unset
+  if (!s.engine.tls.ca_file.empty()) engine_tls->set_ca_file(s.engine.tls.ca_file);
+  if (!s.engine.tls.cert_file.empty()) engine_tls->set_cert_file(s.engine.tls.cert_file);
+  if (!s.engine.tls.key_file.empty()) engine_tls->set_key_file(s.engine.tls.key_file);
+  if (!s.engine.tls.server_name.empty()) engine_tls->set_server_name(s.engine.tls.server_name);
   pb::Recovery* recovery = c.mutable_recovery();
   recovery->set_eject_after(s.recovery.eject_after);
   recovery->set_failure_quarantine_s(s.recovery.failure_quarantine_s);

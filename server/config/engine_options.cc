@@ -19,6 +19,10 @@ engines::HttpEngineClientOptions EngineClientOptions(const router::Settings& set
   // The loader accepted only known policy names.
   engines::ParseRemoteHostPolicy(settings.handoff.remote_host, &o.remote_host_policy);
   o.api_key = EnvOrEmpty(settings.engine.api_key_env);
+  o.tls = engines::EngineTlsOptions{.ca_file = settings.engine.tls.ca_file,
+                                    .cert_file = settings.engine.tls.cert_file,
+                                    .key_file = settings.engine.tls.key_file,
+                                    .server_name = settings.engine.tls.server_name};
   return o;
 }
 

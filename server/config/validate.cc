@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "engines/http/tls_client.h"
 #include "narwhal/config/v1/config.pb.h"
 #include "router/common/settings.h"
 #include "server/config/address_rules.h"
@@ -118,7 +119,7 @@ bool ValidateEngine(const Fields& f, EngineIndex* seen, router::EngineSettings* 
   if (f.String(E::kUrlFieldNumber, &url) && f.Present(E::kUrlFieldNumber)) {
     std::string identity;
     if (std::optional<std::string> why = EngineUrlError(url, &out->url, &identity)) {
-      f.Error(E::kUrlFieldNumber, absl::StrCat("must be http://host:port: ", *why, " (got ",
+      f.Error(E::kUrlFieldNumber, absl::StrCat("must be http(s)://host:port: ", *why, " (got ",
                                                Quote(WithoutUserinfo(url)), ")"));
     } else if (!has_dns) {
       CheckUniqueAddress(f, E::kUrlFieldNumber, identity, Quote(out->url), iid, seen);
@@ -290,7 +291,39 @@ void ValidateAdmin(const Fields& f, router::AdminSettings* out) {
 }
 
 // `request_timeout_s` is nullopt when serving.request_timeout_s was invalid.
-void ValidateEngineIo(const Fields& f, std::optional<double> request_timeout_s,
+// engine.tls: the client certificate and key both or neither, and every
+// file read and checked now (engines/http/tls_client.h), so a bad one stops
+// narwhal-serve at start-up and narwhal-check reports it.
+void ValidateEngineTls(const Fields& f, bool read_files, router::EngineTlsSettings* out) {
+  using T = pb::EngineTls;
+  router::EngineTlsSettings tls;
+  const bool ok = f.String(T::kCaFileFieldNumber, &tls.ca_file) &&
+                  f.String(T::kCertFileFieldNumber, &tls.cert_file) &&
+                  f.String(T::kKeyFileFieldNumber, &tls.key_file) &&
+                  f.String(T::kServerNameFieldNumber, &tls.server_name);
+  if (!ok) return;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    const int missing = tls.cert_file.empty() ? T::kCertFileFieldNumber : T::kKeyFileFieldNumber;
+    const int given = tls.cert_file.empty() ? T::kKeyFileFieldNumber : T::kCertFileFieldNumber;
+    f.Error(missing, absl::StrCat("is required with ", f.PathOf(given), " (both or neither)"));
+    return;
+  }
+  if (read_files) {
+    const std::string why =
+        engines::TlsClientContext::Check(engines::EngineTlsOptions{.ca_file = tls.ca_file,
+                                                                   .cert_file = tls.cert_file,
+                                                                   .key_file = tls.key_file,
+                                                                   .server_name = ""});
+    if (!why.empty()) {
+      f.errors()->Add(f.RankOf(T::kCaFileFieldNumber), why);
+      return;
+    }
+  }
+  *out = std::move(tls);
+}
+
+void ValidateEngineIo(const Fields& f, const pb::EngineIo& engine,
+                      std::optional<double> request_timeout_s, bool read_files,
                       router::EngineIoSettings* out) {
   using E = pb::EngineIo;
   const bool first_ok = f.Number(E::kFirstTokenTimeoutSFieldNumber, &out->first_token_timeout_s);
@@ -299,6 +332,11 @@ void ValidateEngineIo(const Fields& f, std::optional<double> request_timeout_s,
   f.Number(E::kHealthTimeoutSFieldNumber, &out->health_timeout_s);
   f.String(E::kConnectorFieldNumber, &out->connector);
   f.EnvVarName(E::kApiKeyEnvFieldNumber, &out->api_key_env);
+  if (engine.has_tls()) {
+    ValidateEngineTls(Fields(engine.tls(), f.PathOf(E::kTlsFieldNumber),
+                             f.RankOf(E::kTlsFieldNumber), f.errors(), f.reported()),
+                      read_files, &out->tls);
+  }
   if (first_ok && request_timeout_s && out->first_token_timeout_s > *request_timeout_s) {
     f.Error(E::kFirstTokenTimeoutSFieldNumber,
             absl::StrCat("must be <= serving.request_timeout_s (", FormatNumber(*request_timeout_s),
@@ -425,7 +463,7 @@ void ValidateKvEvents(const Fields& f, router::KvEventsSettings* out) {
     if (tokenizer != "engine") {
       if (std::optional<std::string> why = EngineUrlError(tokenizer, &normalized, &identity)) {
         f.Error(K::kTokenizerFieldNumber,
-                absl::StrCat("must be \"engine\" or http://host:port: ", *why, " (got ",
+                absl::StrCat("must be \"engine\" or http(s)://host:port: ", *why, " (got ",
                              Quote(WithoutUserinfo(tokenizer)), ")"));
         return;
       }
@@ -513,9 +551,9 @@ Settings Validate(const pb::FleetConfig& config, const std::set<std::string>& re
   }
   if (config.has_admin()) ValidateAdmin(section(F::kAdminFieldNumber, config.admin()), &s.admin);
   if (config.has_engine()) {
-    ValidateEngineIo(section(F::kEngineFieldNumber, config.engine()),
+    ValidateEngineIo(section(F::kEngineFieldNumber, config.engine()), config.engine(),
                      request_ok ? std::optional<double>(s.serving.request_timeout_s) : std::nullopt,
-                     &s.engine);
+                     options.read_tls_files, &s.engine);
   }
   if (config.has_recovery()) {
     ValidateRecovery(section(F::kRecoveryFieldNumber, config.recovery()), &s.recovery);

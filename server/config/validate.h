@@ -15,9 +15,10 @@
 namespace narwhal::server::config_file {
 
 struct ValidateOptions {
-  // Read and check the files of `tls.*`, and read the keys of
-  // `serving.api_keys`. Off only for a document that is a running router's
-  // effective configuration (its files and variables are on its host).
+  // Read and check the files of `tls.*` and `engine.tls.*`, and read the
+  // keys of `serving.api_keys`. Off only for a document that is a running
+  // router's effective configuration (its files and variables are on its
+  // host).
   bool read_tls_files = true;
 };
 

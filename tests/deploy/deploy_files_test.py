@@ -302,7 +302,8 @@ class GrafanaDashboardTest(unittest.TestCase):
                     self.assertTrue(t["expr"].strip(), p["title"])
                     self.assertEqual(t["datasource"]["uid"], "${datasource}")
         names = {v["name"] for v in self.dash["templating"]["list"]}
-        self.assertEqual(names, {"datasource", "job", "instance"})
+        # tenant: the panels repeated per tenant (serving.api_keys).
+        self.assertEqual(names, {"datasource", "job", "instance", "tenant"})
 
     # What a query measures, from its shape: the panel's unit must suit
     # every query of the panel (no bytes and counts on one axis).

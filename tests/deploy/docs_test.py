@@ -134,7 +134,7 @@ class ConfigurationTest(unittest.TestCase):
         keys = set(schema_keys())
         self.assertGreater(len(keys), 50)
         text = read("docs/configuration.md")
-        mentioned = set(re.findall(r"`([a-z_]+(?:\[\])?(?:\.[a-z_]+)*)`", text))
+        mentioned = set(re.findall(r"`([a-z_]+(?:\[\])?(?:\.[a-z_]+(?:\[\])?)*)`", text))
         sections = {k.split(".")[0].split("[")[0] for k in keys}
         self.assertEqual(sorted(keys - mentioned), [], "schema keys missing from the page")
         strays = {m for m in mentioned if "." in m and m.split(".")[0].split("[")[0] in sections}

@@ -34,13 +34,18 @@ TEST(ParseEngineUrlTest, HostAndPort) {
   EXPECT_EQ(port, 9000);
   ASSERT_TRUE(ParseEngineUrl("http://h:1", &host, &port));
   EXPECT_EQ(port, 1);
+  EXPECT_FALSE(IsTlsEngineUrl("http://h:1"));
+  ASSERT_TRUE(ParseEngineUrl("https://vllm.internal:8443/", &host, &port));
+  EXPECT_EQ(host, "vllm.internal");
+  EXPECT_EQ(port, 8443);
+  EXPECT_TRUE(IsTlsEngineUrl("https://vllm.internal:8443"));
 }
 
 TEST(ParseEngineUrlTest, Rejects) {
   for (const char* url :
-       {"", "http://", "127.0.0.1:8000", "https://h:443", "HTTP://h:80", "http://h",
+       {"", "http://", "127.0.0.1:8000", "https://h", "HTTP://h:80", "http://h",
         "http://h:", "http://:80", "http://h:0", "http://h:65536", "http://h:123456",
-        "http://h:-1", "http://h:8a", "http://h:80/v1", "http://h:80//", "ftp://h:21"}) {
+        "http://h:-1", "http://h:8a", "http://h:80/v1", "http://h:80//", "ftp://h:21", "https://"}) {
     std::string host = "unchanged";
     int port = -7;
     EXPECT_FALSE(ParseEngineUrl(url, &host, &port)) << url;

@@ -38,8 +38,7 @@ std::optional<std::string> FlagValue(const std::vector<std::string>& args,
   return std::nullopt;
 }
 
-void SetFlag(std::vector<std::string>* args, const std::string& flag,
-             const std::string& value) {
+void SetFlag(std::vector<std::string>* args, const std::string& flag, const std::string& value) {
   for (size_t i = 0; i < args->size(); ++i) {
     if ((*args)[i] == flag && i + 1 < args->size()) {
       (*args)[i + 1] = value;
@@ -73,13 +72,12 @@ std::string SimProcess::BinaryPath() {
   return NARWHAL_SIM_BINARY;
 }
 
-absl::StatusOr<std::unique_ptr<SimProcess>> SimProcess::Start(
-    std::vector<std::string> args, absl::Duration ready_timeout) {
+absl::StatusOr<std::unique_ptr<SimProcess>> SimProcess::Start(std::vector<std::string> args,
+                                                              absl::Duration ready_timeout) {
   // Engines cut connections on purpose; a client write into one must not
   // kill the test process.
   struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
-      current.sa_handler == SIG_DFL) {
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
   std::unique_ptr<SimProcess> sim(new SimProcess());
@@ -130,16 +128,16 @@ absl::Status SimProcess::Spawn(absl::Duration ready_timeout) {
   argv.push_back(nullptr);
 
   pid_t pid = -1;
-  const int spawn_error = posix_spawn(&pid, binary.c_str(), &actions, nullptr,
-                                      argv.data(), environ);
+  const int spawn_error =
+      posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   close(in_pipe[0]);
   close(out_pipe[1]);
   if (spawn_error != 0) {
     close(in_pipe[1]);
     close(out_pipe[0]);
-    return absl::InternalError(absl::StrCat("cannot run ", binary, ": ",
-                                            std::strerror(spawn_error)));
+    return absl::InternalError(
+        absl::StrCat("cannot run ", binary, ": ", std::strerror(spawn_error)));
   }
   pid_ = pid;
   stdin_fd_ = in_pipe[1];
@@ -152,8 +150,8 @@ absl::Status SimProcess::Spawn(absl::Duration ready_timeout) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       Reap();
-      return absl::DeadlineExceededError(absl::StrCat(
-          "narwhal-sim printed no ready line within ", absl::FormatDuration(ready_timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("narwhal-sim printed no ready line within ",
+                                                      absl::FormatDuration(ready_timeout)));
     }
     pollfd fd = {stdout_fd_, POLLIN, 0};
     const int n = poll(&fd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
@@ -167,9 +165,9 @@ absl::Status SimProcess::Spawn(absl::Duration ready_timeout) {
       const pid_t reaped = waitpid(pid_, &status, 0);
       pid_ = -1;
       Reap();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "narwhal-sim ", args_.empty() ? "" : absl::StrJoin(args_, " "),
-          " ", reaped > 0 ? DescribeExit(status) : "ended", " before it was ready"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("narwhal-sim ", args_.empty() ? "" : absl::StrJoin(args_, " "), " ",
+                       reaped > 0 ? DescribeExit(status) : "ended", " before it was ready"));
     }
     line.append(buffer, static_cast<size_t>(got));
   }
@@ -210,7 +208,23 @@ void SimProcess::Reap() {
 }
 
 std::string SimProcess::url() const {
-  return absl::StrCat("http://", host_, ":", port_);
+  return absl::StrCat(FlagValue(args_, "--tls-cert-file") ? "https://" : "http://", host_, ":",
+                      port_);
+}
+
+std::unique_ptr<httplib::Client> SimProcess::ControlClient() const {
+  std::optional<std::string> cert = FlagValue(args_, "--tls-cert-file");
+  std::unique_ptr<httplib::Client> client;
+  if (cert) {
+    client = std::make_unique<httplib::Client>(url(), *cert,
+                                               FlagValue(args_, "--tls-key-file").value_or(""));
+    client->enable_server_certificate_verification(false);
+  } else {
+    client = std::make_unique<httplib::Client>(host_, port_);
+  }
+  client->set_connection_timeout(absl::ToChronoMicroseconds(kControlTimeout));
+  client->set_read_timeout(absl::ToChronoMicroseconds(kControlTimeout));
+  return client;
 }
 
 void SimProcess::Kill(int signal) {
@@ -253,17 +267,14 @@ absl::Status SimProcess::Restart(absl::Duration ready_timeout) {
 }
 
 absl::StatusOr<nlohmann::json> SimProcess::GetJson(const std::string& path) {
-  httplib::Client client(host_, port_);
-  client.set_connection_timeout(absl::ToChronoMicroseconds(kControlTimeout));
-  client.set_read_timeout(absl::ToChronoMicroseconds(kControlTimeout));
-  httplib::Result result = client.Get(path);
+  std::unique_ptr<httplib::Client> client = ControlClient();
+  httplib::Result result = client->Get(path);
   if (!result) {
-    return absl::UnavailableError(absl::StrCat(
-        "GET ", path, ": ", httplib::to_string(result.error())));
+    return absl::UnavailableError(
+        absl::StrCat("GET ", path, ": ", httplib::to_string(result.error())));
   }
   if (result->status != 200) {
-    return absl::InternalError(absl::StrCat("GET ", path, ": ", result->status,
-                                            " ", result->body));
+    return absl::InternalError(absl::StrCat("GET ", path, ": ", result->status, " ", result->body));
   }
   nlohmann::json json = nlohmann::json::parse(result->body, nullptr, false);
   if (json.is_discarded()) {
@@ -272,39 +283,30 @@ absl::StatusOr<nlohmann::json> SimProcess::GetJson(const std::string& path) {
   return json;
 }
 
-absl::Status SimProcess::Send(const std::string& method,
-                              const std::string& path,
+absl::Status SimProcess::Send(const std::string& method, const std::string& path,
                               const std::string& body) {
-  httplib::Client client(host_, port_);
-  client.set_connection_timeout(absl::ToChronoMicroseconds(kControlTimeout));
-  client.set_read_timeout(absl::ToChronoMicroseconds(kControlTimeout));
-  httplib::Result result = method == "POST"
-                               ? client.Post(path, body, "application/json")
-                               : client.Delete(path);
+  std::unique_ptr<httplib::Client> client = ControlClient();
+  httplib::Result result =
+      method == "POST" ? client->Post(path, body, "application/json") : client->Delete(path);
   if (!result) {
-    return absl::UnavailableError(absl::StrCat(
-        method, " ", path, ": ", httplib::to_string(result.error())));
+    return absl::UnavailableError(
+        absl::StrCat(method, " ", path, ": ", httplib::to_string(result.error())));
   }
   if (result->status != 200) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        method, " ", path, ": ", result->status, " ", result->body));
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, " ", path, ": ", result->status, " ", result->body));
   }
   return absl::OkStatus();
 }
 
 absl::Status SimProcess::SetFaults(const nlohmann::json& document) {
-  const nlohmann::json body =
-      document.is_array() ? nlohmann::json{{"faults", document}} : document;
+  const nlohmann::json body = document.is_array() ? nlohmann::json{{"faults", document}} : document;
   return Send("POST", "/sim/faults", body.dump());
 }
 
-absl::Status SimProcess::ClearFaults() {
-  return Send("DELETE", "/sim/faults", "");
-}
+absl::Status SimProcess::ClearFaults() { return Send("DELETE", "/sim/faults", ""); }
 
-absl::StatusOr<nlohmann::json> SimProcess::Faults() {
-  return GetJson("/sim/faults");
-}
+absl::StatusOr<nlohmann::json> SimProcess::Faults() { return GetJson("/sim/faults"); }
 
 absl::StatusOr<nlohmann::json> SimProcess::Requests() {
   absl::StatusOr<nlohmann::json> json = GetJson("/sim/requests");
@@ -312,14 +314,10 @@ absl::StatusOr<nlohmann::json> SimProcess::Requests() {
   return (*json)["requests"];
 }
 
-absl::Status SimProcess::ClearRequests() {
-  return Send("DELETE", "/sim/requests", "");
-}
+absl::Status SimProcess::ClearRequests() { return Send("DELETE", "/sim/requests", ""); }
 
 absl::StatusOr<nlohmann::json> SimProcess::Kv() { return GetJson("/sim/kv"); }
 
-absl::StatusOr<nlohmann::json> SimProcess::Info() {
-  return GetJson("/sim/info");
-}
+absl::StatusOr<nlohmann::json> SimProcess::Info() { return GetJson("/sim/info"); }
 
 }  // namespace narwhal::testing

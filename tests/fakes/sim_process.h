@@ -27,6 +27,10 @@
 #include <string>
 #include <vector>
 
+namespace httplib {
+class Client;
+}  // namespace httplib
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -40,8 +44,7 @@ class SimProcess {
   // waits (at most `ready_timeout`) for its ready line. Fails with the
   // reason (and reaps the child) when it exits or stays silent.
   static absl::StatusOr<std::unique_ptr<SimProcess>> Start(
-      std::vector<std::string> args,
-      absl::Duration ready_timeout = absl::Seconds(10));
+      std::vector<std::string> args, absl::Duration ready_timeout = absl::Seconds(10));
 
   // The binary Start() runs.
   static std::string BinaryPath();
@@ -51,7 +54,8 @@ class SimProcess {
   SimProcess& operator=(const SimProcess&) = delete;
 
   int port() const { return port_; }
-  // "http://127.0.0.1:<port>" (or the --host given).
+  // "http://127.0.0.1:<port>" (or the --host given); "https://..." when
+  // the engine serves HTTPS (--tls-cert-file).
   std::string url() const;
   const std::string& host() const { return host_; }
   const std::string& engine_id() const { return engine_id_; }
@@ -93,8 +97,12 @@ class SimProcess {
   absl::Status Spawn(absl::Duration ready_timeout);
   void Reap();
   absl::StatusOr<nlohmann::json> GetJson(const std::string& path);
-  absl::Status Send(const std::string& method, const std::string& path,
-                    const std::string& body);
+  absl::Status Send(const std::string& method, const std::string& path, const std::string& body);
+  // A client of the engine's control routes: over HTTPS (the engine's own
+  // certificate and key as the client's, for an engine that requires client
+  // certificates; the server's certificate is not checked) when it serves
+  // HTTPS.
+  std::unique_ptr<httplib::Client> ControlClient() const;
 
   std::vector<std::string> args_;
   std::string host_ = "127.0.0.1";

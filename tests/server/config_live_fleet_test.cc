@@ -319,7 +319,7 @@ TEST(ConfigEngineAliases, DefaultPortIsNotImplied) {
   // "http://h" and "http://h:80" never meet in the duplicate check.
   json config = WithEngine({{"iid", "a"}, {"url", "http://h"}});
   EXPECT_EQ(ErrorOf(config),
-            "config: engines[2].url must be http://host:port: missing :PORT (got \"http://h\")");
+            "config: engines[2].url must be http(s)://host:port: missing :PORT (got \"http://h\")");
 }
 
 }  // namespace

@@ -279,7 +279,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.serving.header_timeout_s = 0.75;
   s.serving.keepalive_timeout_s = 3.5;
   s.admin.token_env = "ADMIN_TOKEN";
-  s.engine = {1.25, 0, 3, 4, "NixlConnector", "ENGINE_KEY"};
+  s.engine = {1.25, 0, 3, 4, "NixlConnector", "ENGINE_KEY", {}};
   s.recovery = {5, 2.5, 1, 3, 4, RestartPolicy::kWholeWave};
   router::EngineSettings group;
   group.iid = "g";
@@ -298,7 +298,8 @@ TEST(ConfigJson, SettingsToJsonListsEveryKey) {
   const json out = SettingsToJson(MustLoad(MinimalConfig()));
   EXPECT_FALSE(out.contains("engine_contract"));
   EXPECT_EQ(out["serving"].size(), 18u);
-  EXPECT_EQ(out["engine"].size(), 6u);
+  EXPECT_EQ(out["engine"].size(), 7u);
+  EXPECT_EQ(out["engine"]["tls"], json::object());  // every key unset
   EXPECT_EQ(out["recovery"].size(), 6u);
   EXPECT_EQ(out["listen"].size(), 3u);
   EXPECT_EQ(out["admin"].size(), 5u);
@@ -670,8 +671,8 @@ TEST(ConfigKvEvents, B27_TheTokenizerIsAnEngineOrAnHttpBaseUrl) {
   EXPECT_EQ(s.kv_events.tokenize_timeout_s, 0.25);
   config["kv_events"] = {{"tokenizer", "tokenizer.internal:8000"}};
   EXPECT_CONTAINS(LoadErrorOf(config),
-                  "kv_events.tokenizer must be \"engine\" or http://host:port: must start with "
-                  "http://");
+                  "kv_events.tokenizer must be \"engine\" or http(s)://host:port: must start with "
+                  "http:// or https://");
   config["kv_events"] = {{"tokenizer", "http://t:8000/tokenize"}};
   EXPECT_CONTAINS(LoadErrorOf(config), "a path is not allowed");
   config["kv_events"] = {{"tokenize_timeout_s", 0}};
@@ -733,17 +734,32 @@ TEST(ConfigContinuation, B29_OffByDefaultAndEveryKeyRead) {
   EXPECT_CONTAINS(error, "continuation.replenish must be <= 1 (got 2)");
 }
 
-TEST(ConfigEngineUrl, HttpsNotSupported) {
-  EXPECT_CONTAINS(UrlError("https://10.0.0.1:8000"),
-                  "engines[0].url must be http://host:port: https is not supported");
+TEST(ConfigEngineUrl, HttpsIsAccepted) {
+  EXPECT_EQ(ParsedUrl("https://10.0.0.1:8000/"), "https://10.0.0.1:8000");
+  EXPECT_CONTAINS(UrlError("https://10.0.0.1"),
+                  "engines[0].url must be http(s)://host:port: missing :PORT");
+}
+
+TEST(ConfigEngineTls, FilesAreCheckedAtLoadNamingTheKey) {
+  json config = MinimalConfig();
+  config["engine"] = {{"tls", {{"ca_file", "/nonexistent/engines-ca.pem"}}}};
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "engine.tls.ca_file \"/nonexistent/engines-ca.pem\": cannot load a PEM CA bundle");
+  config["engine"] = {{"tls", {{"key_file", "/k.pem"}}}};
+  EXPECT_CONTAINS(LoadErrorOf(config),
+                  "engine.tls.cert_file is required with engine.tls.key_file (both or neither)");
+  config["engine"] = {{"tls", {{"server_name", "vllm.internal"}}}};
+  const Settings s = MustLoad(config);
+  EXPECT_EQ(s.engine.tls.server_name, "vllm.internal");
+  EXPECT_EQ(s.engine.tls.ca_file, "");
 }
 
 TEST(ConfigEngineUrl, MustBeHttpHostPort) {
   EXPECT_CONTAINS(UrlError("10.0.0.1:8000"),
-                  "engines[0].url must be http://host:port: must start "
-                  "with http:// (got \"10.0.0.1:8000\")");
+                  "engines[0].url must be http(s)://host:port: must start "
+                  "with http:// or https:// (got \"10.0.0.1:8000\")");
   EXPECT_CONTAINS(UrlError("http://10.0.0.1"),
-                  "engines[0].url must be http://host:port: missing "
+                  "engines[0].url must be http(s)://host:port: missing "
                   ":PORT");
   EXPECT_CONTAINS(UrlError("http://:8000"), "missing host");
   EXPECT_CONTAINS(UrlError("http://h:port"), "PORT must be a number");
@@ -755,7 +771,7 @@ TEST(ConfigEngineUrl, MustBeHttpHostPort) {
 
 TEST(ConfigEngineUrl, PortMustBe1To65535) {
   EXPECT_CONTAINS(UrlError("http://h:0"),
-                  "engines[0].url must be http://host:port: PORT must "
+                  "engines[0].url must be http(s)://host:port: PORT must "
                   "be 1..65535");
   EXPECT_CONTAINS(UrlError("http://h:65536"), "PORT must be 1..65535");
   EXPECT_EQ(ParsedUrl("http://h:65535"), "http://h:65535");
@@ -763,7 +779,7 @@ TEST(ConfigEngineUrl, PortMustBe1To65535) {
 
 TEST(ConfigEngineUrl, NoPathExceptSlash) {
   EXPECT_CONTAINS(UrlError("http://h:1/v1"),
-                  "engines[0].url must be http://host:port: a path is "
+                  "engines[0].url must be http(s)://host:port: a path is "
                   "not allowed");
   EXPECT_CONTAINS(UrlError("http://h:1//"), "a path is not allowed");
   EXPECT_EQ(ParsedUrl("http://10.0.0.1:8000/"), "http://10.0.0.1:8000");
@@ -1238,7 +1254,7 @@ TEST(ConfigEngineIdentity, CredentialsAreRejectedAndNeverPrinted) {
     SCOPED_TRACE(url);
     const std::string message = UrlError(url);
     EXPECT_CONTAINS(message,
-                    "engines[0].url must be http://host:port: credentials are not "
+                    "engines[0].url must be http(s)://host:port: credentials are not "
                     "allowed");
     EXPECT_EQ(message.find("s3cr3t"), std::string::npos) << message;
     EXPECT_EQ(message.find("admin"), std::string::npos) << message;
@@ -1271,7 +1287,10 @@ TEST(ConfigResourceBounds, EveryCountAndNumberHasAnUpperBound) {
         config::v1::Recovery::descriptor(), config::v1::EngineContract::descriptor()}) {
     for (int i = 0; i < d->field_count(); ++i) {
       const google::protobuf::FieldDescriptor* f = d->field(i);
-      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) continue;
+      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING ||
+          f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+        continue;  // strings; engine.tls (file paths and a name)
+      }
       const config::v1::Doc& doc = f->options().GetExtension(config::v1::doc);
       const bool listed = std::find(capped_by_type.begin(), capped_by_type.end(), f->name()) !=
                           capped_by_type.end();
