@@ -1,5 +1,6 @@
 #include "server/status_table.h"
 
+#include <algorithm>
 #include <array>
 
 namespace narwhal::server {
@@ -249,7 +250,7 @@ EdgeStatus StatusFor(const router::Outcome& outcome) {
   e.http_status = RowStatus(row, outcome.engine_status);
   e.error_type = row.type;
   e.grpc_code = RowGrpcCode(row, e.http_status);
-  e.retry_after = RetryAfterFor(e.http_status);
+  e.retry_after_s = RetryAfterFor(e.http_status) ? std::max(1, outcome.retry_after_s) : 0;
   if (row.journal_status) e.journal_status = e.http_status;
   return e;
 }

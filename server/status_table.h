@@ -45,8 +45,10 @@ struct EdgeStatus {
   // the terminal stream event.
   int http_status = 200;
   ErrorType error_type = ErrorType::kNone;
-  int grpc_code = 0;         // google.rpc.Code
-  bool retry_after = false;  // `Retry-After` (429 and 503): the outcome's retry_after_s, else 1
+  int grpc_code = 0;  // google.rpc.Code
+  // `Retry-After` in seconds (429 and 503; gRPC ErrorInfo.retry_after_s): the
+  // outcome's own wait when it knows one (a tenant's bucket), else 1; 0 = none.
+  int retry_after_s = 0;
   // The journal `status`: absent when no status reached the client (a
   // client that went away before any output).
   std::optional<int> journal_status;

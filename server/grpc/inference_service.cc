@@ -24,7 +24,7 @@ grpc::Status GrpcStatusFor(const router::Outcome& outcome, const std::string& re
   info.set_message(outcome.message);
   info.set_output_started(outcome.output_started);
   info.set_request_id(request_id);
-  if (edge.retry_after) info.set_retry_after_s(std::max(1, outcome.retry_after_s));
+  info.set_retry_after_s(edge.retry_after_s);
   google::rpc::Status details;
   details.set_code(code);
   details.set_message(outcome.message);

@@ -35,9 +35,7 @@ HttpResponse ErrorResponse(const router::Outcome& outcome, const std::string& pa
   const EdgeStatus edge = StatusFor(outcome);
   HttpResponse res = JsonResponse(
       edge.http_status, OpenAiErrorBody(edge.http_status, edge.error_type, outcome.message, param));
-  if (edge.retry_after) {
-    res.set(http::field::retry_after, std::to_string(std::max(1, outcome.retry_after_s)));
-  }
+  if (edge.retry_after_s > 0) res.set(http::field::retry_after, std::to_string(edge.retry_after_s));
   return res;
 }
 

@@ -184,7 +184,7 @@ TEST_P(StatusTableTest, RowGivesEveryEdgeItsStatus) {
   EXPECT_EQ(e.http_status, c.http_status);
   EXPECT_EQ(ErrorTypeName(e.error_type), c.error_type);
   EXPECT_EQ(e.grpc_code, c.grpc_code);
-  EXPECT_EQ(e.retry_after, c.retry_after);
+  EXPECT_EQ(e.retry_after_s > 0, c.retry_after);
   EXPECT_EQ(e.journal_status, c.journal_status);
 
   const StatusTableJournal journal{};
@@ -202,6 +202,17 @@ INSTANTIATE_TEST_SUITE_P(Rows, StatusTableTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.name;
                          });
+
+TEST(StatusTableRetryAfterTest, AnOutcomesOwnWaitIsTheRetryAfterOf429And503Only) {
+  Outcome o = router::RefusalOutcome(router::Terminal::kRejected, Reason::kTenantRateLimit, "x");
+  EXPECT_EQ(StatusFor(o).retry_after_s, 1);  // no wait of its own: 1
+  o.retry_after_s = 7;
+  EXPECT_EQ(StatusFor(o).retry_after_s, 7);
+  Outcome invalid =
+      router::RefusalOutcome(router::Terminal::kInvalid, Reason::kInvalidRequest, "x");
+  invalid.retry_after_s = 7;
+  EXPECT_EQ(StatusFor(invalid).retry_after_s, 0);  // a 400 has none
+}
 
 TEST(StatusTableCoverageTest, EveryRowIsExercised) {
   std::set<size_t> hit;
