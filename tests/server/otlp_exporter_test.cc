@@ -256,5 +256,25 @@ TEST(OtlpExporterTest, AFailedExportIsDroppedAndCountedAndExportGoesOn) {
   EXPECT_EQ((*closed)->exported(), 0);
 }
 
+TEST(OtlpExporterTest, AReceiverThatNeverAnswersCostsOneTimeoutPerBatch) {
+  Receiver receiver;
+  receiver.Gate();  // holds every answer until the end of the test
+  router::TracingSettings settings = Settings(receiver.endpoint());
+  settings.export_timeout_s = 0.3;
+  auto exporter = OtlpExporter::Start(settings, "v", nullptr);
+  ASSERT_TRUE(exporter.ok());
+  (*exporter)->Export(Request(1));
+  ASSERT_TRUE(
+      WaitFor([&] { return (*exporter)->dropped_export_failed() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(receiver.arrivals(), 1);
+  // The exporter goes on with the next batch.
+  (*exporter)->Export(Request(2));
+  ASSERT_TRUE(
+      WaitFor([&] { return (*exporter)->dropped_export_failed() == 4; }, std::chrono::seconds(10)));
+  receiver.Open();
+  (*exporter)->Stop();
+  EXPECT_EQ((*exporter)->exported(), 0);
+}
+
 }  // namespace
 }  // namespace narwhal::server
