@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <thread>
+#include <utility>
 
 #include "router/assembler.h"
 #include "router/common/log.h"
@@ -215,28 +216,29 @@ class Router::Run {
     for (int attempt = 1;; ++attempt) {
       record_.attempts = attempt;
       // A retry or a continuation: its backoff and legs under one span.
-      int group = -1;
       group_span_.clear();
       if (attempt > 1) {
-        group = OpenSpan(continuing_ ? "continuation" : "retry", SpanKind::kInternal, "",
-                         r_.clock_.Now());
-        SpanAttribute(group, "narwhal.attempt", attempt);
-        if (group >= 0) group_span_ = record_.spans[static_cast<size_t>(group)].span_id;
+        group_index_ = OpenSpan(continuing_ ? "continuation" : "retry", SpanKind::kInternal, "",
+                                r_.clock_.Now());
+        SpanAttribute(group_index_, "narwhal.attempt", attempt);
+        if (group_index_ >= 0) {
+          group_span_ = record_.spans[static_cast<size_t>(group_index_)].span_id;
+        }
       }
       if (attempt > 1) {
         if (r_.metrics_ != nullptr && !continuing_) r_.metrics_->retry_attempts_total.Increment();
         const bool slept = co_await r_.clock_.Sleep(executor, engines::FromSeconds(next_backoff_s_),
                                                     &sink_->cancel_token());
         if (!slept) {
-          CloseSpan(group, "client went away");
           RefundCredit();
           Finish(FailureOutcome(Cancelled(Phase::kPrefill), Visible()));
           co_return;
         }
       }
       const bool retry = co_await RunAttempt(attempt);
-      CloseSpan(group);
+      // Ended: Finish closed the attempt's span, and the router may be gone.
       if (!retry) co_return;
+      CloseSpan(std::exchange(group_index_, -1));
     }
   }
 
@@ -860,6 +862,8 @@ class Router::Run {
       cut.output_started = o.output_started;
       o = std::move(cut);
     }
+    // The running retry's or continuation's span ends with the request.
+    CloseSpan(std::exchange(group_index_, -1), o.ok() ? "" : o.message);
     SendReport();  // before the outcome: whoever sees it sees the evidence queued
     o.ttft_s = ttft_s_;
     o.first_byte_s = first_byte_s_;
@@ -891,8 +895,10 @@ class Router::Run {
   std::optional<StreamLedger> ledger_;
   std::optional<Assembler> assembler_;
   bool continuing_ = false;
-  // The span of the retry or continuation running now ("" = none).
+  // The span of the retry or continuation running now ("" = none), and its
+  // index in record_.spans (-1 = none).
   std::string group_span_;
+  int group_index_ = -1;
   int continuations_ = 0;
   std::vector<uint32_t> continuation_ids_;
   json continuation_body_;
