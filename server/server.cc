@@ -40,13 +40,14 @@
 #include "server/config/engine_options.h"
 #include "server/embedded_fleet.h"
 #include "server/grpc/grpc_credentials.h"
+#include "server/grpc/grpc_door.h"
 #include "server/grpc/grpc_health.h"
 #include "server/grpc/grpc_reflection.h"
 #include "server/grpc/inference_service.h"
 #include "server/http/openai_shim.h"
-#include "server/http/tls_context.h"
 #include "server/idle_memory_release.h"
 #include "server/log.h"
+#include "server/net/tls_context.h"
 #include "server/probe_listener.h"
 #include "server/process_metrics.h"
 #include "server/status_table.h"
@@ -105,6 +106,7 @@ struct Server::Parts {
   prometheus::Registry registry;
   std::unique_ptr<router::Metrics> metrics;
   HttpDoorOptions door_options;
+  std::shared_ptr<TlsServerContext> grpc_tls;  // the gRPC door's (ALPN h2)
   std::shared_ptr<grpc::ServerCredentials> grpc_credentials;
   router::RealClock clock;
   // The data plane: client connections, attempt loops and engine legs run
@@ -136,10 +138,10 @@ struct Server::Parts {
   std::unique_ptr<OpenAiShim> shim;
   std::unique_ptr<ProcessMetrics> process_metrics;
   prometheus::Counter* access_log_dropped = nullptr;
-  std::unique_ptr<ReflectionV1Service> inference_reflection;
   std::unique_ptr<ReflectionV1Service> admin_reflection;
-  std::unique_ptr<InferenceService> inference;
-  std::unique_ptr<grpc::Server> grpc_server;
+  // The gRPC door (listen.grpc): narwhal.v1.Inference, health, reflection.
+  std::unique_ptr<GrpcDoor> grpc_door;
+  std::unique_ptr<HealthStatusTarget> admin_health;
   std::unique_ptr<grpc::Server> admin_server;
   std::unique_ptr<GrpcHealth> grpc_health;
   ServerAddresses addresses;
@@ -220,6 +222,9 @@ absl::Status Server::Parts::OpenFiles() {
     auto context = TlsServerContext::Create(*tls_pem, &registry);
     if (!context.ok()) return Failed(std::string(context.status().message()));
     door_options.tls = std::move(*context);
+    auto grpc_context = TlsServerContext::Create(*tls_pem, nullptr, TlsServerContext::Door::kGrpc);
+    if (!grpc_context.ok()) return Failed(std::string(grpc_context.status().message()));
+    grpc_tls = std::move(*grpc_context);
     LogInfo("narwhal-serve: TLS on the HTTP, gRPC and admin listeners (tls.cert_file " +
             settings.tls.cert_file + ")");
   }
@@ -394,23 +399,23 @@ absl::Status Server::Parts::StartListeners() {
   });
   shim->Start();
 
-  // gRPC inference and admin APIs on their own listeners, with server
-  // reflection.
+  // The gRPC door: narwhal.v1.Inference with health and reflection on the
+  // loops; the admin API on a gRPC server of its own, with reflection.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   EnableGrpcHealthService();
-  inference_reflection = std::make_unique<ReflectionV1Service>(
-      std::vector<std::string>{narwhal::v1::Inference::service_full_name()});
   admin_reflection = std::make_unique<ReflectionV1Service>(
       std::vector<std::string>{narwhal::admin::v1::Admin::service_full_name()});
-  inference = std::make_unique<InferenceService>(settings, *router, clock, *loops,
-                                                 EnvOrEmpty(settings.serving.api_key_env));
+  grpc_door = std::make_unique<GrpcDoor>(settings, *router, clock, *loops,
+                                         EnvOrEmpty(settings.serving.api_key_env),
+                                         GrpcDoorOptionsFrom(settings, grpc_tls.get()));
   SplitHostPort(settings.listen.grpc, &addresses.grpc_host, &addresses.grpc_port);
-  grpc_server = StartGrpcServer(
-      settings.listen.grpc, [this](grpc::ServerBuilder& b) { inference->AddTo(b); },
-      inference_reflection.get(), grpc_credentials, &addresses.grpc_port,
-      GrpcMaxReceiveBytes(settings));
-  if (!grpc_server) return Failed("cannot bind the gRPC listener to " + settings.listen.grpc);
-  inference->Start();
+  auto grpc_bound = grpc_door->Bind(addresses.grpc_host, addresses.grpc_port);
+  if (!grpc_bound.ok()) {
+    grpc_door.reset();
+    return Failed(std::string(grpc_bound.status().message()));
+  }
+  addresses.grpc_port = *grpc_bound;
+  grpc_door->Start();
 
   SplitHostPort(settings.listen.admin, &addresses.admin_host, &addresses.admin_port);
   admin_server = StartGrpcServer(
@@ -419,21 +424,24 @@ absl::Status Server::Parts::StartListeners() {
   if (!admin_server) return Failed("cannot bind the admin listener to " + settings.listen.admin);
 
   // grpc.health.v1 on both gRPC listeners follows /ready.
+  admin_health = BuiltInHealth(admin_server.get());
   grpc_health = std::make_unique<GrpcHealth>(
       std::vector<GrpcHealth::Target>{
-          {grpc_server.get(), {narwhal::v1::Inference::service_full_name()}},
-          {admin_server.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
+          {&grpc_door->health(), {"narwhal.v1.Inference"}},
+          {admin_health.get(), {narwhal::admin::v1::Admin::service_full_name()}}},
       [f] { return f->Ready(nullptr); });
   return absl::OkStatus();
 }
 
 void Server::Parts::StopAll() {
-  const auto soon = [] { return std::chrono::system_clock::now() + std::chrono::seconds(2); };
   grpc_health.reset();
-  if (grpc_server) grpc_server->Shutdown(soon());
-  // Every call has ended: the door's acceptor and queues stop (the loops
-  // still run).
-  if (inference) inference->Stop();
+  if (grpc_door) {
+    // GOAWAY, then the last messages of finished calls, then the rest is cut.
+    grpc_door->BeginDrain();
+    grpc_door->WaitIdle(clock.Now() + std::chrono::seconds(2));
+    grpc_door->StopAccepting();
+    grpc_door->Join();
+  }
   if (shim) {
     shim->StopAccepting();
     shim->Join();

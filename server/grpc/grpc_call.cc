@@ -14,6 +14,13 @@ std::optional<std::string_view> Metadata(const GrpcMetadata& metadata, std::stri
 
 }  // namespace
 
+GrpcCall DecodeGrpcCall(const std::string* bytes, bool stream, long long max_bytes) {
+  GrpcCall call;
+  call.stream = stream;
+  call.decoded = DecodeGenerateRequest(bytes, max_bytes, &call.message, &call.error);
+  return call;
+}
+
 GrpcCall DecodeGrpcCall(const grpc::ByteBuffer& bytes, bool stream, long long max_bytes) {
   GrpcCall call;
   call.stream = stream;

@@ -31,6 +31,8 @@ struct GrpcCall {
   DecodeError error;                     // when not
 };
 
+// `bytes` null: the call carried no message.
+GrpcCall DecodeGrpcCall(const std::string* bytes, bool stream, long long max_bytes);
 GrpcCall DecodeGrpcCall(const grpc::ByteBuffer& bytes, bool stream, long long max_bytes);
 
 // The call as admission reads it; views into `call` and `metadata`.

@@ -17,14 +17,34 @@ void EnableGrpcHealthService() {
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
 }
 
+namespace {
+
+class BuiltInHealthTarget final : public HealthStatusTarget {
+ public:
+  explicit BuiltInHealthTarget(grpc::HealthCheckServiceInterface* service) : service_(service) {}
+  void SetServingStatus(const std::string& service, bool serving) override {
+    if (service_ != nullptr) service_->SetServingStatus(service, serving);
+  }
+  void Shutdown() override {
+    if (service_ != nullptr) service_->Shutdown();
+  }
+
+ private:
+  grpc::HealthCheckServiceInterface* service_;
+};
+
+}  // namespace
+
+std::unique_ptr<HealthStatusTarget> BuiltInHealth(grpc::Server* server) {
+  return std::make_unique<BuiltInHealthTarget>(server->GetHealthCheckService());
+}
+
 GrpcHealth::GrpcHealth(std::vector<Target> targets, std::function<bool()> ready,
                        std::chrono::milliseconds period)
     : targets_(std::move(targets)), ready_(std::move(ready)), period_(period) {
   for (Target& t : targets_) {
     t.services.insert(t.services.begin(), "");
-    if (grpc::HealthCheckServiceInterface* h = t.server->GetHealthCheckService()) {
-      h->SetServingStatus(kLivenessService, true);
-    }
+    t.target->SetServingStatus(kLivenessService, true);
   }
   Set(false);
   thread_ = std::thread([this] { Loop(); });
@@ -45,16 +65,12 @@ void GrpcHealth::Drain() {
   drained_ = true;
   Set(false);
   LogInfo("narwhal-serve: gRPC health NOT_SERVING: draining");
-  for (Target& t : targets_) {
-    if (grpc::HealthCheckServiceInterface* h = t.server->GetHealthCheckService()) h->Shutdown();
-  }
+  for (Target& t : targets_) t.target->Shutdown();
 }
 
 void GrpcHealth::Set(bool serving) {
   for (Target& t : targets_) {
-    grpc::HealthCheckServiceInterface* h = t.server->GetHealthCheckService();
-    if (h == nullptr) continue;
-    for (const std::string& name : t.services) h->SetServingStatus(name, serving);
+    for (const std::string& name : t.services) t.target->SetServingStatus(name, serving);
   }
   serving_ = serving;
 }

@@ -1,26 +1,28 @@
-// GrpcHealth: keeps gRPC's built-in grpc.health.v1.Health service (Check and
-// Watch) on the inference and admin servers in step with the router's
-// readiness. Each server answers for "" and for each full service name it
-// serves: SERVING while `ready()` holds, NOT_SERVING before (start-up) and
-// once Drain() is called (for good). Each server also answers for
-// kLivenessService, SERVING from construction until Drain() whatever the
-// fleet's state: a liveness probe (Kubernetes') must not restart a router
+// GrpcHealth: keeps grpc.health.v1.Health (Check and Watch) on the gRPC
+// door (server/grpc/health_table.h) and gRPC's built-in service on the admin
+// server in step with the router's readiness. Each server answers for "" and for each full service
+// name it serves: SERVING while `ready()` holds, NOT_SERVING before (start-up) and once Drain() is
+// called (for good). Each server also answers for kLivenessService, SERVING from construction until
+// Drain() whatever the fleet's state: a liveness probe (Kubernetes') must not restart a router
 // because its engines are down. A background thread re-reads
 // readiness every `period` (readiness can change with time alone, e.g. when
 // a quarantine ends) and logs every change.
 //
-// EnableDefaultHealthCheckService() must run before the servers are built.
+// EnableGrpcHealthService() must run before the admin server is built.
 #ifndef NARWHAL_SERVER_GRPC_GRPC_HEALTH_H_
 #define NARWHAL_SERVER_GRPC_GRPC_HEALTH_H_
 
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "server/grpc/health_table.h"
 
 namespace grpc {
 class Server;
@@ -31,13 +33,16 @@ namespace narwhal::server {
 // Turns on gRPC's built-in health service for servers built after the call.
 void EnableGrpcHealthService();
 
+// gRPC's built-in health service of `server` as a HealthStatusTarget.
+std::unique_ptr<HealthStatusTarget> BuiltInHealth(grpc::Server* server);
+
 class GrpcHealth {
  public:
   // The process is up and serving its listeners (not the fleet's readiness).
   static constexpr char kLivenessService[] = "narwhal.liveness";
 
   struct Target {
-    grpc::Server* server = nullptr;
+    HealthStatusTarget* target = nullptr;
     std::vector<std::string> services;  // full names; "" is always added
   };
 

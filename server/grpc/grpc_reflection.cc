@@ -159,4 +159,45 @@ v1::ServerReflectionResponse ReflectionV1Service::Answer(
   return out;
 }
 
+namespace {
+
+class ReflectionCall final : public H2CallHandler {
+ public:
+  ReflectionCall(const ReflectionV1Service& service, std::weak_ptr<H2Call> call)
+      : service_(service), call_(std::move(call)) {}
+
+  void OnMessage(std::string message) override {
+    std::shared_ptr<H2Call> call = call_.lock();
+    if (!call || call->finished()) return;
+    v1::ServerReflectionRequest request;
+    if (!request.ParseFromString(message)) {
+      call->Finish(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT),
+                   "expected a grpc.reflection ServerReflectionRequest");
+      return;
+    }
+    constexpr size_t kMaxWaiting = 4 << 20;
+    if (call->queued() > kMaxWaiting) {
+      call->Finish(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED),
+                   "reflection answers are not being read");
+      return;
+    }
+    call->Write(service_.Answer(request).SerializeAsString());
+  }
+  void OnHalfClose() override {
+    if (std::shared_ptr<H2Call> call = call_.lock()) call->Finish(0, "");
+  }
+  void OnCancel() override {}
+
+ private:
+  const ReflectionV1Service& service_;
+  std::weak_ptr<H2Call> call_;
+};
+
+}  // namespace
+
+std::unique_ptr<H2CallHandler> NewReflectionCall(const ReflectionV1Service& service,
+                                                 std::weak_ptr<H2Call> call) {
+  return std::make_unique<ReflectionCall>(service, std::move(call));
+}
+
 }  // namespace narwhal::server

@@ -16,10 +16,12 @@
 #ifndef NARWHAL_SERVER_GRPC_GRPC_REFLECTION_H_
 #define NARWHAL_SERVER_GRPC_GRPC_REFLECTION_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
+#include "server/grpc/h2_call.h"
 
 namespace narwhal::server {
 
@@ -43,6 +45,15 @@ class ReflectionV1Service final : public grpc::reflection::v1::ServerReflection:
  private:
   const std::vector<std::string> services_;
 };
+
+// The gRPC door's ServerReflectionInfo call, for grpc.reflection.v1 and
+// v1alpha alike (their messages are the same on the wire): each request is
+// answered by `service` in order; the call ends OK when the client's side
+// does. A request that does not decode ends it INVALID_ARGUMENT; a client
+// that sends requests without reading the answers is cut off
+// (RESOURCE_EXHAUSTED) once 4 MiB of answers wait.
+std::unique_ptr<H2CallHandler> NewReflectionCall(const ReflectionV1Service& service,
+                                                 std::weak_ptr<H2Call> call);
 
 }  // namespace narwhal::server
 

@@ -1,7 +1,7 @@
 #include "server/grpc/grpc_request.h"
 
 #include <google/protobuf/unknown_field_set.h>
-#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/slice.h>
 
 #include <cmath>
 #include <optional>
@@ -61,34 +61,44 @@ const char* NonFiniteTypedField(const narwhal::v1::GenerateRequest& r) {
 
 }  // namespace
 
-bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
+bool DecodeGenerateRequest(const std::string* bytes, long long max_bytes,
                            narwhal::v1::GenerateRequest* out, DecodeError* error) {
-  if (!bytes.Valid()) {
+  if (bytes == nullptr) {
     *error = {router::Reason::kMalformedMessage, "the call carried no request message"};
     return false;
   }
-  const size_t size = bytes.Length();
+  const size_t size = bytes->size();
   if (max_bytes >= 0 && size > static_cast<unsigned long long>(max_bytes)) {
     *error = {router::Reason::kTooLarge, "request message of " + std::to_string(size) +
                                              " bytes exceeds serving.max_request_bytes (" +
                                              std::to_string(max_bytes) + " bytes)"};
     return false;
   }
-  grpc::ByteBuffer copy(bytes);  // shares the slices; the reader needs a mutable one
-  grpc::ProtoBufferReader reader(&copy);
-  if (reader.status().ok() && out->ParseFromZeroCopyStream(&reader)) return true;
+  if (out->ParseFromString(*bytes)) return true;
   out->Clear();
   // Which way it is broken: as bare wire format, or only as this message.
-  grpc::ByteBuffer again(bytes);
-  grpc::ProtoBufferReader wire_reader(&again);
   google::protobuf::UnknownFieldSet wire;
-  const bool well_formed = wire_reader.status().ok() && wire.ParseFromZeroCopyStream(&wire_reader);
+  const bool well_formed = wire.ParseFromString(*bytes);
   error->reason = router::Reason::kMalformedMessage;
   error->message =
       well_formed ? "request message is not a valid narwhal.v1.GenerateRequest: a string field "
                     "is not valid UTF-8, a field has the wrong wire type, or it nests too deeply"
                   : "request message is not valid protobuf (malformed or truncated)";
   return false;
+}
+
+bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
+                           narwhal::v1::GenerateRequest* out, DecodeError* error) {
+  if (!bytes.Valid())
+    return DecodeGenerateRequest(static_cast<const std::string*>(nullptr), max_bytes, out, error);
+  std::vector<grpc::Slice> slices;
+  (void)bytes.Dump(&slices);
+  std::string flat;
+  flat.reserve(bytes.Length());
+  for (const grpc::Slice& slice : slices) {
+    flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return DecodeGenerateRequest(&flat, max_bytes, out, error);
 }
 
 json ValueToJson(const google::protobuf::Value& value) {

@@ -32,6 +32,10 @@ struct DecodeError {
 // parsing), missing, malformed or truncated protobuf, or not a
 // GenerateRequest (a string field that is not valid UTF-8, a field of the
 // wrong wire type, nesting past protobuf's recursion limit).
+// `bytes` null: the call carried no message.
+bool DecodeGenerateRequest(const std::string* bytes, long long max_bytes,
+                           narwhal::v1::GenerateRequest* out, DecodeError* error);
+// The same for a grpc::ByteBuffer (invalid: no message).
 bool DecodeGenerateRequest(const grpc::ByteBuffer& bytes, long long max_bytes,
                            narwhal::v1::GenerateRequest* out, DecodeError* error);
 

@@ -1,30 +1,22 @@
 #include "server/grpc/inference_calls.h"
 
-#include <grpcpp/grpcpp.h>
-
-#include <boost/asio/post.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "server/grpc/grpc_async_call.h"
 #include "server/grpc/grpc_sink.h"
 #include "server/grpc/grpc_typed_fields.h"
 #include "server/grpc/inference_service.h"
-#include "server/grpc/loop_completion_queue.h"
 
 namespace narwhal::server {
 namespace {
 
-using Op = GrpcAsyncCall::Op;
-
-// `message` serialized into `out` (which it replaces).
-template <typename Message>
-void Serialize(const Message& message, grpc::ByteBuffer* out) {
-  out->Clear();
-  bool own = false;
-  grpc::SerializationTraits<Message>::Serialize(message, out, &own);
-}
+// A client this far behind (bytes queued on its call) gets no more chunks
+// from the sink until it is down to the low mark; the sink then fills and
+// pauses the engine read (B13).
+constexpr size_t kHighMark = 64 * 1024;
+constexpr size_t kLowMark = 16 * 1024;
 
 void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   const long long prompt = o.prompt_tokens >= 0 ? o.prompt_tokens : 0;
@@ -34,126 +26,90 @@ void FillUsage(const router::Outcome& o, narwhal::v1::Usage* usage) {
   if (o.cached_tokens >= 0) usage->set_cached_tokens(static_cast<uint32_t>(o.cached_tokens));
 }
 
-// What both methods share: the slot, the hand-over to the loop, admission,
-// the sink, the cancel and the reactions other than a write's.
-class InferenceCall : public GrpcAsyncCall {
- protected:
-  InferenceCall(InferenceService& service, int loop, bool stream)
-      : service_(service), loop_(loop), stream_(stream), queue_(service.queue(loop)) {}
+// What both methods share: the one request message, admission, the sink
+// and the cancel.
+class InferenceCall : public H2CallHandler {
+ public:
+  InferenceCall(InferenceService& service, std::weak_ptr<H2Call> call, bool stream)
+      : service_(service), call_(std::move(call)), stream_(stream) {}
 
-  // Starts `op` on the loop's queue: its tag, counted there.
-  void* Start(Op op) {
-    queue_.Started(op == Op::kDone);
-    return Hold(op);
+  void OnMessage(std::string message) override {
+    ++messages_;
+    message_ = std::move(message);
   }
 
-  // Registers the done notification and returns the request slot's tag.
-  void* SlotTag() {
-    // Counted once the call arrived (a slot the shutdown closes never sees it).
-    context_.AsyncNotifyWhenDone(Hold(Op::kDone));
-    return Hold(Op::kRequest);
-  }
-
-  // Writes what the sink has for the client (on the loop).
-  virtual void Pump() = 0;
-  // Ends the call with `status`, refusing it (on the loop).
-  virtual void Refuse(const grpc::Status& status) = 0;
-  // A write completed (Generate only).
-  virtual void Written(bool /*ok*/) {}
-
-  InferenceService& service_;
-  const int loop_;
-  const bool stream_;
-  LoopCompletionQueue& queue_;
-  grpc::ServerContext context_;
-  grpc::ByteBuffer request_;
-  std::string rid_;
-  std::shared_ptr<GrpcSink> channel_;
-  bool finished_ = false;  // the finish was started
-
- private:
-  void React(Op op, bool ok) final {
-    switch (op) {
-      case Op::kRequest:
-        Arrived(ok);
-        return;
-      case Op::kWrite:
-        Written(ok);
-        return;
-      case Op::kFinish:
-        return;
-      case Op::kDone:  // the call is over, ended by its finish or by the client (B19)
-        done_ = true;
-        if (channel_ && context_.IsCancelled()) channel_->Cancel();
-        return;
-    }
-  }
-
-  // The request slot was filled (acceptor thread) or closed by a shutdown.
-  void Arrived(bool ok) {
-    if (!ok) {  // the server is shutting down: the call never started
-      Release(Op::kDone);
+  void OnHalfClose() override {
+    std::shared_ptr<H2Call> call = call_.lock();
+    if (!call) return;
+    if (messages_ > 1) {
+      call->Finish(static_cast<int>(grpc::StatusCode::INTERNAL),
+                   "more than one request message for a method that takes one");
       return;
     }
-    if (!service_.stopping()) OpenInferenceSlot(service_, loop_, stream_);
-    boost::asio::post(
-        service_.executor(loop_),
-        [self = std::static_pointer_cast<InferenceCall>(shared_from_this())] { self->Begin(); });
-  }
-
-  // On the loop: admits the call and, if admitted, runs its request.
-  void Begin() {
-    queue_.Started(/*done=*/true);  // the done notification is in flight now
-    AdmissionResult admission = service_.Admit(&context_, request_, stream_);
-    request_.Clear();
+    AdmissionResult admission =
+        service_.Admit(*call, messages_ == 1 ? &message_ : nullptr, stream_);
+    message_ = std::string();
     if (!admission.admitted()) {
-      finished_ = true;
-      Refuse(GrpcStatusFor(admission.outcome, admission.request.rid));
+      Finish(*call, GrpcStatusFor(admission.outcome, admission.request.rid));
       return;
     }
     rid_ = admission.request.rid;
     channel_ = service_.NewSink();
-    // The router writes on this loop, so the wake-up runs the pump inline;
-    // from anywhere else it is posted here.
-    channel_->SetReadyCallback([weak = weak_from_this(), loop = &queue_.loop()] {
+    // The router writes on this loop, so the wake-up runs the pump inline
+    // (dispatch); from anywhere else it is posted here.
+    channel_->SetReadyCallback([weak = call_, executor = call->executor()] {
       const auto pump = [weak] {
-        if (std::shared_ptr<GrpcAsyncCall> call = weak.lock()) {
-          static_cast<InferenceCall*>(call.get())->Pump();
+        if (std::shared_ptr<H2Call> c = weak.lock()) {
+          if (auto* self = static_cast<InferenceCall*>(c->handler())) self->Pump(*c);
         }
       };
-      if (loop->get_executor().running_in_this_thread()) {
-        pump();
-      } else {
-        boost::asio::post(*loop, pump);
-      }
+      boost::asio::dispatch(executor, pump);
     });
-    service_.Submit(std::move(admission.request), channel_, loop_);
-    // The client may have gone before the call reached this loop.
-    if (done_ && context_.IsCancelled()) channel_->Cancel();
-    Pump();
+    service_.Submit(std::move(admission.request), channel_, call->executor());
+    Pump(*call);
   }
 
-  bool done_ = false;  // the done notification came
+  void OnCancel() override {
+    if (channel_) channel_->Cancel();
+  }
+
+  void OnWritable() override {
+    if (std::shared_ptr<H2Call> call = call_.lock()) Pump(*call);
+  }
+
+ protected:
+  // Writes what the sink has for the client.
+  virtual void Pump(H2Call& call) = 0;
+
+  static void Finish(H2Call& call, const grpc::Status& status) {
+    call.Finish(static_cast<int>(status.error_code()), status.error_message(),
+                status.error_details());
+  }
+
+  InferenceService& service_;
+  const std::weak_ptr<H2Call> call_;
+  const bool stream_;
+  int messages_ = 0;
+  std::string message_;
+  std::string rid_;
+  std::shared_ptr<GrpcSink> channel_;
+  std::string wire_;  // a serialized response, reused
 };
 
 class GenerateCall final : public InferenceCall {
  public:
-  GenerateCall(InferenceService& service, int loop) : InferenceCall(service, loop, true) {}
-
-  void Open() {
-    void* tag = SlotTag();
-    service_.RequestGenerate(&context_, &request_, &writer_, queue_.cq(), service_.accept_queue(),
-                             tag);
-  }
+  GenerateCall(InferenceService& service, std::weak_ptr<H2Call> call)
+      : InferenceCall(service, std::move(call), true) {}
 
  private:
-  void Refuse(const grpc::Status& status) override { writer_.Finish(status, Start(Op::kFinish)); }
-
-  // Writes the next message if none is in flight.
-  void Pump() override {
-    if (writing_ || finished_) return;
+  void Pump(H2Call& call) override {
+    if (call.finished()) return;
     GrpcChunk chunk;
     while (true) {
+      if (call.queued() > kHighMark) {
+        call.WantWritable(kLowMark);  // OnWritable pumps again
+        return;
+      }
       switch (channel_->TryNext(&chunk)) {
         case GrpcSink::Pop::kEmpty:
           return;  // the sink calls back on the next chunk
@@ -170,16 +126,14 @@ class GenerateCall final : public InferenceCall {
           delta->set_text(chunk.text);
           delta->set_token_index(index);
           delta->set_finish_reason(chunk.finish_reason);
-          Serialize(response_, &wire_);
-          writing_ = true;
-          writer_.Write(wire_, Start(Op::kWrite));
-          return;
+          response_.SerializeToString(&wire_);
+          call.Write(wire_);
+          continue;
         }
         case GrpcSink::Pop::kEnd: {
           const router::Outcome& o = channel_->outcome();
-          finished_ = true;
           if (!o.ok()) {
-            writer_.Finish(GrpcStatusFor(o, rid_), Start(Op::kFinish));
+            Finish(call, GrpcStatusFor(o, rid_));
             return;
           }
           response_.Clear();
@@ -189,60 +143,35 @@ class GenerateCall final : public InferenceCall {
           final->set_ttft_s(o.ttft_s.value_or(0));
           final->set_first_byte_s(o.first_byte_s.value_or(0));
           final->set_request_id(rid_);
-          Serialize(response_, &wire_);
-          writer_.WriteAndFinish(wire_, grpc::WriteOptions(), grpc::Status::OK, Start(Op::kFinish));
+          response_.SerializeToString(&wire_);
+          call.Write(wire_);
+          call.Finish(0, "");
           return;
         }
       }
     }
   }
 
-  void Written(bool ok) override {
-    writing_ = false;
-    if (!ok) {  // the stream broke: the client is gone
-      channel_->Cancel();
-      if (finished_) return;
-      finished_ = true;
-      writer_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"),
-                     Start(Op::kFinish));
-      return;
-    }
-    Pump();
-  }
-
-  grpc::ServerAsyncWriter<grpc::ByteBuffer> writer_{&context_};
-  bool writing_ = false;
   long long tokens_ = 0;
   narwhal::v1::GenerateResponse response_;
-  grpc::ByteBuffer wire_;  // response_ serialized, held until its write is done
 };
 
 class CompleteCall final : public InferenceCall {
  public:
-  CompleteCall(InferenceService& service, int loop) : InferenceCall(service, loop, false) {}
-
-  void Open() {
-    void* tag = SlotTag();
-    service_.RequestComplete(&context_, &request_, &responder_, queue_.cq(),
-                             service_.accept_queue(), tag);
-  }
+  CompleteCall(InferenceService& service, std::weak_ptr<H2Call> call)
+      : InferenceCall(service, std::move(call), false) {}
 
  private:
-  void Refuse(const grpc::Status& status) override {
-    responder_.FinishWithError(status, Start(Op::kFinish));
-  }
-
-  void Pump() override {
-    if (finished_) return;
+  void Pump(H2Call& call) override {
+    if (call.finished()) return;
     GrpcChunk ignored;
     GrpcSink::Pop pop;
     while ((pop = channel_->TryNext(&ignored)) == GrpcSink::Pop::kChunk) {
     }
     if (pop != GrpcSink::Pop::kEnd) return;
-    finished_ = true;
     const router::Outcome& o = channel_->outcome();
     if (!o.ok()) {
-      responder_.FinishWithError(GrpcStatusFor(o, rid_), Start(Op::kFinish));
+      Finish(call, GrpcStatusFor(o, rid_));
       return;
     }
     // The assembled OpenAI response: choice 0's text or message content.
@@ -265,22 +194,18 @@ class CompleteCall final : public InferenceCall {
     response.set_ttft_s(o.ttft_s.value_or(0));
     response.set_first_byte_s(o.first_byte_s.value_or(0));
     response.set_request_id(rid_);
-    Serialize(response, &wire_);
-    responder_.Finish(wire_, grpc::Status::OK, Start(Op::kFinish));
+    response.SerializeToString(&wire_);
+    call.Write(wire_);
+    call.Finish(0, "");
   }
-
-  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&context_};
-  grpc::ByteBuffer wire_;
 };
 
 }  // namespace
 
-void OpenInferenceSlot(InferenceService& service, int loop, bool stream) {
-  if (stream) {
-    std::make_shared<GenerateCall>(service, loop)->Open();
-  } else {
-    std::make_shared<CompleteCall>(service, loop)->Open();
-  }
+std::unique_ptr<H2CallHandler> NewInferenceCall(InferenceService& service,
+                                                const std::shared_ptr<H2Call>& call, bool stream) {
+  if (stream) return std::make_unique<GenerateCall>(service, call);
+  return std::make_unique<CompleteCall>(service, call);
 }
 
 }  // namespace narwhal::server

@@ -17,7 +17,7 @@
 #include "server/client_request_id.h"
 #include "server/http/request_parser.h"
 #include "server/http/sse_sink.h"
-#include "server/http/tls_context.h"
+#include "server/net/tls_context.h"
 #include "server/status_table.h"
 
 namespace narwhal::server {

@@ -39,7 +39,7 @@
 
 #include "engines/clock.h"
 #include "engines/engine_client.h"
-#include "server/http/client_socket.h"
+#include "server/net/client_socket.h"
 #include "server/http/connection_tracker.h"
 #include "server/http/http_door_options.h"
 #include "server/http/routes.h"

@@ -5,7 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
-#include "server/http/client_socket.h"
+#include "server/net/client_socket.h"
 
 namespace narwhal::server {
 

@@ -66,7 +66,7 @@ struct HttpDoorOptions {
   Duration linger_timeout = std::chrono::seconds(1);
   size_t linger_bytes = 1 << 20;
   // Null: plaintext. Else every connection first completes a TLS handshake
-  // with this context, within header_timeout (server/http/tls_context.h).
+  // with this context, within header_timeout (server/net/tls_context.h).
   std::shared_ptr<TlsServerContext> tls;
 };
 

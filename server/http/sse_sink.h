@@ -33,7 +33,7 @@
 #include <boost/asio/buffer.hpp>
 
 #include "router/response_sink.h"
-#include "server/http/client_socket.h"
+#include "server/net/client_socket.h"
 
 namespace narwhal::server {
 

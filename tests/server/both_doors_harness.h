@@ -13,6 +13,7 @@
 #include "google/rpc/status.pb.h"
 #include "narwhal/v1/inference.grpc.pb.h"
 #include "server/grpc/inference_service.h"
+#include "tests/server/grpc_door_for_test.h"
 #include "tests/server/http_door_harness.h"
 
 namespace narwhal::server::http_door_test {
@@ -23,17 +24,16 @@ class BothDoorsTest : public HttpDoorTest {
  protected:
   void StartBoth(const std::string& api_key = "") {
     Start(FastOptions(), api_key);
-    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
-    grpc::ServerBuilder builder;
-    service_->AddTo(builder);
-    server_ = builder.BuildAndStart();
-    if (server_) service_->Start();
-    stub_ = pb::Inference::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+    int port = 0;
+    grpc_door_ =
+        narwhal::testing::StartGrpcDoor(settings_, *router_, clock_, loops_, api_key, &port);
+    ASSERT_NE(grpc_door_, nullptr);
+    stub_ = pb::Inference::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                       grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    if (service_) service_->Stop();
+    narwhal::testing::StopGrpcDoor(grpc_door_);
     HttpDoorTest::TearDown();
   }
 
@@ -67,8 +67,7 @@ class BothDoorsTest : public HttpDoorTest {
     return info;
   }
 
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcDoor> grpc_door_;
   std::unique_ptr<pb::Inference::Stub> stub_;
 };
 

@@ -27,6 +27,7 @@
 #include "server/grpc/inference_service.h"
 #include "server/status_table.h"
 #include "tests/fakes/fake_engine_client.h"
+#include "tests/server/grpc_door_for_test.h"
 
 namespace narwhal::server {
 namespace {
@@ -87,22 +88,15 @@ class GrpcRefusalTest : public ::testing::Test {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
     router_ = std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr,
                                                journal_.get(), 7, &journal_status_);
-    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
-    grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.SetMaxReceiveMessageSize(GrpcMaxReceiveBytes(settings_));
-    service_->AddTo(builder);
-    server_ = builder.BuildAndStart();
-    if (server_) service_->Start();
-    ASSERT_NE(server_, nullptr);
+    door_ = nt::StartGrpcDoor(settings_, *router_, clock_, loops_, api_key, &port);
+    ASSERT_NE(door_, nullptr);
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                    grpc::InsecureChannelCredentials());
   }
 
   void TearDown() override {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
-    if (service_) service_->Stop();
+    nt::StopGrpcDoor(door_);
     router_.reset();
     journal_.reset();
     if (!journal_path_.empty()) ::unlink(journal_path_.c_str());
@@ -199,8 +193,7 @@ class GrpcRefusalTest : public ::testing::Test {
   std::unique_ptr<router::Fleet> fleet_;
   const StatusTableJournal journal_status_{};
   std::unique_ptr<router::Router> router_;
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcDoor> door_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 

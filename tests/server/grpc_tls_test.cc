@@ -1,5 +1,4 @@
-// The gRPC inference API with TLS (server/grpc/grpc_credentials, the credentials
-// narwhal-serve gives its inference and admin listeners): a client that
+// The gRPC inference API with TLS (the gRPC door's TlsServerContext, ALPN h2): a client that
 // trusts the self-signed certificate made at test time gets its generation
 // over a real TLS connection on loopback; a plaintext client and a client
 // that does not trust the certificate are refused, and the listener keeps
@@ -17,10 +16,10 @@
 #include "router/common/clock.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
-#include "server/grpc/grpc_credentials.h"
-#include "server/grpc/inference_service.h"
+#include "server/net/tls_context.h"
 #include "server/tls_files.h"
 #include "tests/fakes/fake_engine_client.h"
+#include "tests/server/grpc_door_for_test.h"
 #include "tests/server/tls_test_cert.h"
 
 namespace narwhal::server {
@@ -53,21 +52,16 @@ class GrpcTlsTest : public ::testing::Test {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
     router_ =
         std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr, nullptr, 7);
-    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, "");
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", ListenerCredentials(&*pem), &port_);
-    service_->AddTo(builder);
-    server_ = builder.BuildAndStart();
-    if (server_) service_->Start();
-    ASSERT_TRUE(server_);
+    auto tls = TlsServerContext::Create(*pem, nullptr, TlsServerContext::Door::kGrpc);
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    tls_ = std::move(*tls);
+    door_ = nt::StartGrpcDoor(settings_, *router_, clock_, loops_, "", &port_, tls_.get());
+    ASSERT_NE(door_, nullptr);
     ASSERT_NE(port_, 0);
   }
 
   void TearDown() override {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
-    if (service_) service_->Stop();
-    server_.reset();
-    service_.reset();
+    nt::StopGrpcDoor(door_);
     router_.reset();
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
@@ -103,8 +97,8 @@ class GrpcTlsTest : public ::testing::Test {
   nt::FakeEngineClient fake_;
   std::unique_ptr<router::Fleet> fleet_;
   std::unique_ptr<router::Router> router_;
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<TlsServerContext> tls_;
+  std::unique_ptr<GrpcDoor> door_;
   int port_ = 0;
 };
 

@@ -16,7 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "server/http/tls_context.h"
+#include "server/net/tls_context.h"
 #include "server/tls_files.h"
 #include "tests/server/http_door_harness.h"
 #include "tests/server/tls_test_cert.h"

@@ -18,6 +18,7 @@
 #include "router/router.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_engine_client.h"
+#include "tests/server/grpc_door_for_test.h"
 
 namespace narwhal::server {
 namespace {
@@ -42,17 +43,15 @@ class InferenceServiceTest : public ::testing::Test {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
     router_ =
         std::make_unique<router::Router>(settings_, *fake_, *fleet_, clock_, nullptr, nullptr, 7);
-    service_ = std::make_unique<InferenceService>(settings_, *router_, clock_, loops_, api_key);
-    grpc::ServerBuilder builder;
-    service_->AddTo(builder);
-    server_ = builder.BuildAndStart();
-    if (server_) service_->Start();
-    stub_ = pb::Inference::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+    int port = 0;
+    door_ = nt::StartGrpcDoor(settings_, *router_, clock_, loops_, api_key, &port);
+    ASSERT_NE(door_, nullptr);
+    stub_ = pb::Inference::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                       grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 2s);
-    if (service_) service_->Stop();
+    nt::StopGrpcDoor(door_);
     router_.reset();
   }
 
@@ -103,8 +102,7 @@ class InferenceServiceTest : public ::testing::Test {
   std::unique_ptr<nt::FakeEngineClient> fake_;
   std::unique_ptr<router::Fleet> fleet_;
   std::unique_ptr<router::Router> router_;
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcDoor> door_;
   std::unique_ptr<pb::Inference::Stub> stub_;
 };
 

@@ -2,26 +2,22 @@
 //
 // Every read and write of the connection — the request reader, the watch for
 // a client that goes away, the SSE sink — goes through this one socket on
-// the connection's loop; the timer (server/http/door_timer.h) closes it when
+// the connection's loop; the timer (server/net/door_timer.h) closes it when
 // the bound of the moment passes, which ends the operation waiting on it —
 // except the header bound: a head that stops arriving only has its read
 // cancelled, so the connection can still answer it (408) when it got as far
 // as a request line.
 //
 // With a TlsServerContext the connection speaks TLS: Handshake() first, then
-// every read and write goes through the TlsStream (server/http/tls_stream.h)
+// every read and write goes through the TlsStream (server/net/tls_stream.h)
 // over the same TCP socket, and a write's buffers are first copied into one
 // reused staging buffer (one TLS record per 16 KiB, not one per buffer).
 // Without one the socket is used directly, as it always was: a branch per
 // operation, no virtual call, no allocation.
 //
 // Not thread-safe: used from the connection's loop only.
-#ifndef NARWHAL_SERVER_HTTP_CLIENT_SOCKET_H_
-#define NARWHAL_SERVER_HTTP_CLIENT_SOCKET_H_
-
-#include <memory>
-#include <sstream>
-#include <string>
+#ifndef NARWHAL_SERVER_NET_CLIENT_SOCKET_H_
+#define NARWHAL_SERVER_NET_CLIENT_SOCKET_H_
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/buffer.hpp>
@@ -33,11 +29,14 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <memory>
+#include <sstream>
+#include <string>
 
 #include "engines/clock.h"
 #include "engines/engine_client.h"
-#include "server/http/door_timer.h"
-#include "server/http/tls_stream.h"
+#include "server/net/door_timer.h"
+#include "server/net/tls_stream.h"
 
 namespace narwhal::server {
 
@@ -184,4 +183,4 @@ class ClientSocket {
 
 }  // namespace narwhal::server
 
-#endif  // NARWHAL_SERVER_HTTP_CLIENT_SOCKET_H_
+#endif  // NARWHAL_SERVER_NET_CLIENT_SOCKET_H_

@@ -1,4 +1,4 @@
-#include "server/http/door_timer.h"
+#include "server/net/door_timer.h"
 
 namespace narwhal::server {
 

@@ -1,15 +1,14 @@
-#include "server/http/tls_context.h"
+#include "server/net/tls_context.h"
 
 #include <openssl/ssl.h>
-
-#include <chrono>
-#include <string>
-#include <utility>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <prometheus/counter.h>
-#include <prometheus/registry.h>
+#include <chrono>
+#include <string>
+#include <utility>
 
 #include "server/log.h"
 
@@ -20,6 +19,20 @@ namespace ssl = boost::asio::ssl;
 
 constexpr auto kLogInterval = std::chrono::minutes(1);
 
+// ALPN for the gRPC door: "h2" when the client offers it, else the
+// handshake fails (gRPC is HTTP/2 only).
+int SelectH2(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+             unsigned int inlen, void*) {
+  static constexpr unsigned char kH2[] = {2, 'h', '2'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kH2, sizeof(kH2), in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+  }
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
+
 int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -29,7 +42,7 @@ int64_t SteadyNowNs() {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<TlsServerContext>> TlsServerContext::Create(
-    const TlsPem& pem, prometheus::Registry* registry) {
+    const TlsPem& pem, prometheus::Registry* registry, Door door) {
   auto context = std::make_unique<ssl::context>(ssl::context::tls_server);
   boost::system::error_code ec;
   context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
@@ -48,8 +61,11 @@ absl::StatusOr<std::shared_ptr<TlsServerContext>> TlsServerContext::Create(
     ec = boost::asio::error::invalid_argument;
   }
   if (ec) {
-    return absl::InvalidArgumentError("cannot set up TLS for the HTTP listener: " + ec.message());
+    return absl::InvalidArgumentError(std::string("cannot set up TLS for the ") +
+                                      (door == Door::kGrpc ? "gRPC" : "HTTP") +
+                                      " listener: " + ec.message());
   }
+  if (door == Door::kGrpc) SSL_CTX_set_alpn_select_cb(context->native_handle(), SelectH2, nullptr);
   prometheus::Counter* counter = nullptr;
   if (registry != nullptr) {
     counter = &prometheus::BuildCounter()
@@ -58,12 +74,12 @@ absl::StatusOr<std::shared_ptr<TlsServerContext>> TlsServerContext::Create(
                    .Register(*registry)
                    .Add({});
   }
-  return std::shared_ptr<TlsServerContext>(new TlsServerContext(std::move(context), counter));
+  return std::shared_ptr<TlsServerContext>(new TlsServerContext(std::move(context), counter, door));
 }
 
 TlsServerContext::TlsServerContext(std::unique_ptr<ssl::context> context,
-                                   prometheus::Counter* counter)
-    : context_(std::move(context)), counter_(counter) {}
+                                   prometheus::Counter* counter, Door door)
+    : context_(std::move(context)), counter_(counter), door_(door) {}
 
 TlsServerContext::~TlsServerContext() = default;
 
@@ -75,8 +91,8 @@ void TlsServerContext::HandshakeFailed(std::string_view why) {
   const int64_t interval = std::chrono::nanoseconds(kLogInterval).count();
   if (last != 0 && now - last < interval) return;
   if (!logged_at_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
-  LogWarning("http: TLS handshake failed: " + std::string(why) + " (" +
-             std::to_string(failures) +
+  LogWarning(std::string(door_ == Door::kGrpc ? "grpc" : "http") +
+             ": TLS handshake failed: " + std::string(why) + " (" + std::to_string(failures) +
              " failed handshakes since start; at most one such line a minute)");
 }
 

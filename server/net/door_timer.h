@@ -11,8 +11,8 @@
 //
 // Not thread-safe: used from the connection's loop only. Reads time from the
 // injected Clock.
-#ifndef NARWHAL_SERVER_HTTP_DOOR_TIMER_H_
-#define NARWHAL_SERVER_HTTP_DOOR_TIMER_H_
+#ifndef NARWHAL_SERVER_NET_DOOR_TIMER_H_
+#define NARWHAL_SERVER_NET_DOOR_TIMER_H_
 
 #include <functional>
 #include <memory>
@@ -61,4 +61,4 @@ class DoorTimer {
 
 }  // namespace narwhal::server
 
-#endif  // NARWHAL_SERVER_HTTP_DOOR_TIMER_H_
+#endif  // NARWHAL_SERVER_NET_DOOR_TIMER_H_

@@ -1,4 +1,4 @@
-#include "server/http/tls_stream.h"
+#include "server/net/tls_stream.h"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -7,7 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/read.hpp>
 
-#include "server/http/tls_context.h"
+#include "server/net/tls_context.h"
 
 namespace narwhal::server {
 namespace {

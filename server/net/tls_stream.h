@@ -1,5 +1,5 @@
 // TlsStream: the TLS layer of one client connection of the HTTP door, over
-// the connection's TCP socket (server/http/client_socket.h owns both).
+// the connection's TCP socket (server/net/client_socket.h owns both).
 //
 // Each operation is one coroutine that reports its error in `ec` (none
 // throws). ClientSocket routes its reads and writes here when the door
@@ -10,17 +10,16 @@
 //
 // Not thread-safe: used from the connection's loop only. Asio's SSL and
 // OpenSSL headers stay in the .cc.
-#ifndef NARWHAL_SERVER_HTTP_TLS_STREAM_H_
-#define NARWHAL_SERVER_HTTP_TLS_STREAM_H_
-
-#include <cstddef>
-#include <memory>
+#ifndef NARWHAL_SERVER_NET_TLS_STREAM_H_
+#define NARWHAL_SERVER_NET_TLS_STREAM_H_
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
+#include <cstddef>
+#include <memory>
 
 #include "engines/engine_client.h"
 
@@ -59,4 +58,4 @@ class TlsStream {
 
 }  // namespace narwhal::server
 
-#endif  // NARWHAL_SERVER_HTTP_TLS_STREAM_H_
+#endif  // NARWHAL_SERVER_NET_TLS_STREAM_H_

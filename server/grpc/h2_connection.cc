@@ -1,0 +1,426 @@
+#include "server/grpc/h2_connection.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <vector>
+
+#include "server/net/tls_context.h"
+
+namespace narwhal::server {
+namespace {
+
+// Bytes of frames gathered for one socket write at most.
+constexpr size_t kMaxWriteBytes = 1 << 20;
+// What the door lets a client send before a WINDOW_UPDATE: per stream and
+// for the whole connection.
+constexpr int32_t kStreamWindow = 1 << 20;
+constexpr int32_t kConnectionWindow = 8 << 20;
+
+nghttp2_nv Nv(std::string_view name, std::string_view value, uint8_t flags = NGHTTP2_NV_FLAG_NONE) {
+  return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+                    reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
+                    value.size(), flags};
+}
+
+std::vector<nghttp2_nv> ResponseHeaders(
+    const std::vector<std::pair<std::string, std::string>>& metadata) {
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(2 + metadata.size());
+  nv.push_back(Nv(":status", "200"));
+  nv.push_back(Nv("content-type", "application/grpc"));
+  // Per-request values (ids) would only churn the client's HPACK table.
+  for (const auto& [key, value] : metadata) nv.push_back(Nv(key, value, NGHTTP2_NV_FLAG_NO_INDEX));
+  return nv;
+}
+
+std::vector<nghttp2_nv> Trailers(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(fields.size());
+  for (const auto& [key, value] : fields) {
+    nv.push_back(
+        Nv(key, value, key == "grpc-status" ? NGHTTP2_NV_FLAG_NONE : NGHTTP2_NV_FLAG_NO_INDEX));
+  }
+  return nv;
+}
+
+// Request headers that are HTTP/2's or gRPC's own, not the call's metadata.
+bool IsTransportHeader(std::string_view name) {
+  return name == "content-type" || name == "te" || name == "grpc-timeout" ||
+         name == "grpc-encoding" || name == "grpc-accept-encoding";
+}
+
+}  // namespace
+
+// nghttp2's callbacks, each forwarding to the connection (user_data).
+struct H2Connection::Callbacks {
+  static H2Connection& Of(void* user_data) { return *static_cast<H2Connection*>(user_data); }
+
+  static int OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      Of(user_data).BeginCall(frame->hd.stream_id);
+    }
+    return 0;
+  }
+
+  static int OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+      return 0;  // a client's trailers carry nothing a call reads
+    }
+    auto* call =
+        static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+    if (call == nullptr || call->header_limit_hit_) return 0;
+    const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+    const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+    call->header_bytes_ += namelen + valuelen + 32;  // HTTP/2's own accounting
+    if (call->header_bytes_ > call->connection_->options_.max_header_bytes) {
+      call->header_limit_hit_ = true;
+      return 0;
+    }
+    if (n == ":path") {
+      call->path_ = v;
+    } else if (n == ":method") {
+      call->method_ = v;
+    } else if (n == "content-type") {
+      call->content_type_ = v;
+    } else if (n == "grpc-timeout") {
+      if (const auto timeout = ParseGrpcTimeout(v)) {
+        call->deadline_ = std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(*timeout);
+      }
+    } else if (!n.empty() && n[0] != ':' && !IsTransportHeader(n)) {
+      call->headers_.emplace_back(n, v);
+    }
+    return 0;
+  }
+
+  static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    const bool end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+    auto* call =
+        static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+    if (call == nullptr) return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      Of(user_data).HeadersDone(*call);
+    }
+    if (end) Of(user_data).EndOfRequest(*call);
+    return 0;
+  }
+
+  static int OnData(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data, size_t len,
+                    void* user_data) {
+    Of(user_data).RequestData(stream_id, data, len);
+    return 0;
+  }
+
+  static int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user_data) {
+    Of(user_data).StreamClosed(stream_id);
+    return 0;
+  }
+
+  static int OnFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) {
+      Of(user_data).FrameSent(frame->hd.stream_id,
+                              (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
+    }
+    return 0;
+  }
+
+  static ssize_t ReadData(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                          uint32_t* flags, nghttp2_data_source* source, void* user_data) {
+    auto* call = static_cast<H2Call*>(source->ptr);
+    bool eof = false;
+    const size_t n = call->TakeOutput(buf, length, &eof);
+    if (call->wants_writable_ && call->queued() <= call->writable_mark_) {
+      call->wants_writable_ = false;
+      H2Connection& connection = Of(user_data);
+      if (auto it = connection.calls_.find(stream_id); it != connection.calls_.end()) {
+        connection.writable_.push_back(it->second);
+      }
+    }
+    if (eof) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      const auto fields = call->TakeTrailers();
+      const std::vector<nghttp2_nv> nv = Trailers(fields);
+      nghttp2_submit_trailer(session, stream_id, nv.data(), nv.size());
+      return static_cast<ssize_t>(n);
+    }
+    if (n == 0) return NGHTTP2_ERR_DEFERRED;
+    return static_cast<ssize_t>(n);
+  }
+};
+
+H2Connection::H2Connection(boost::asio::ip::tcp::socket socket, const engines::Clock& clock,
+                           const H2ConnectionOptions& options, MethodTable methods)
+    : socket_(std::move(socket), clock, options.tls),
+      clock_(clock),
+      options_(options),
+      methods_(std::move(methods)),
+      wake_(socket_.socket().get_executor()) {
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, &Callbacks::OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, &Callbacks::OnHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &Callbacks::OnFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, &Callbacks::OnData);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &Callbacks::OnStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &Callbacks::OnFrameSend);
+  nghttp2_option* option = nullptr;
+  nghttp2_option_new(&option);
+  // A metadata value with spaces around it reaches admission as gRPC's own
+  // servers pass it (an API key is compared after trimming), instead of a
+  // reset stream (RFC 9113 lets a server refuse it; gRPC clients send it).
+  nghttp2_option_set_no_rfc9113_leading_and_trailing_ws_validation(option, 1);
+  nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_option_del(option);
+  nghttp2_session_callbacks_del(callbacks);
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(options_.max_header_bytes)},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+}
+
+H2Connection::~H2Connection() { nghttp2_session_del(session_); }
+
+engines::Awaitable<void> H2Connection::Run() {
+  std::shared_ptr<H2Connection> self = shared_from_this();
+  if (socket_.tls()) {
+    const ClientSocket::error_code ec =
+        co_await socket_.Handshake(clock_.Now() + options_.header_timeout);
+    if (ec) {
+      options_.tls->HandshakeFailed(ec.message());
+      Close();
+      co_return;
+    }
+  }
+  boost::asio::co_spawn(executor(), WriteLoop(self), boost::asio::detached);
+  // The client's preface and first frames must come within the header bound.
+  socket_.timer().Arm(clock_.Now() + options_.header_timeout, DoorBound::kHeader);
+  bool first = true;
+  std::vector<uint8_t> buffer(16384);
+  while (!closed_) {
+    ClientSocket::error_code ec;
+    const size_t n = co_await socket_.ReadSome(boost::asio::buffer(buffer), ec);
+    if (ec || closed_) break;
+    if (first) {
+      socket_.timer().Pause();
+      first = false;
+    }
+    const ssize_t used = nghttp2_session_mem_recv(session_, buffer.data(), n);
+    if (used < 0) break;  // not HTTP/2, or a connection error
+    Wake();
+    if (Done()) break;
+  }
+  Close();
+}
+
+void H2Connection::Drain() {
+  if (draining_ || closed_) return;
+  draining_ = true;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  Wake();
+}
+
+void H2Connection::Close() {
+  if (closed_) return;
+  closed_ = true;
+  socket_.Close();
+  Wake();
+  std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls;
+  calls.swap(calls_);
+  if (options_.open_calls != nullptr)
+    options_.open_calls->fetch_sub(static_cast<int>(calls.size()));
+  for (auto& [id, call] : calls) call->Closed();
+}
+
+bool H2Connection::Done() const {
+  return nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0;
+}
+
+void H2Connection::Wake() {
+  if (writer_waiting_) wake_.cancel();
+}
+
+engines::Awaitable<void> H2Connection::WriteLoop(std::shared_ptr<H2Connection> self) {
+  while (!closed_) {
+    if (!Collect()) break;
+    if (out_.empty()) {
+      if (Done()) break;
+      writer_waiting_ = true;
+      wake_.expires_at(boost::asio::steady_timer::time_point::max());
+      boost::system::error_code ignored;
+      co_await wake_.async_wait(RedirectTo(ignored));
+      writer_waiting_ = false;
+      continue;
+    }
+    const ClientSocket::error_code ec =
+        co_await socket_.Write(boost::asio::buffer(out_), clock_.Now() + options_.write_timeout);
+    out_.clear();
+    if (ec) break;
+  }
+  writer_done_ = true;
+  Close();
+}
+
+bool H2Connection::Collect() {
+  while (out_.size() < kMaxWriteBytes) {
+    const uint8_t* data = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session_, &data);
+    if (n < 0) return false;
+    if (n == 0) {
+      if (writable_.empty()) break;
+      // Calls whose queue fell below their mark may queue more now.
+      std::vector<std::weak_ptr<H2Call>> writable;
+      writable.swap(writable_);
+      for (const std::weak_ptr<H2Call>& weak : writable) {
+        std::shared_ptr<H2Call> call = weak.lock();
+        if (call && call->handler_ && !call->cancelled_) call->handler_->OnWritable();
+      }
+      continue;
+    }
+    out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+  }
+  return true;
+}
+
+void H2Connection::BeginCall(int32_t stream_id) {
+  auto call = std::make_shared<H2Call>(this, stream_id, executor());
+  nghttp2_session_set_stream_user_data(session_, stream_id, call.get());
+  calls_[stream_id] = std::move(call);
+  if (options_.open_calls != nullptr) options_.open_calls->fetch_add(1);
+}
+
+void H2Connection::HeadersDone(H2Call& call) {
+  for (const auto& [key, value] : call.headers_) {
+    call.metadata_.emplace(grpc::string_ref(key.data(), key.size()),
+                           grpc::string_ref(value.data(), value.size()));
+  }
+  if (call.header_limit_hit_) {
+    Refuse(call, /*RESOURCE_EXHAUSTED=*/8,
+           "request metadata over " + std::to_string(options_.max_header_bytes) + " bytes");
+    return;
+  }
+  const std::string_view type = call.content_type_;
+  if (call.method_ != "POST" ||
+      (type != "application/grpc" && type.substr(0, 17) != "application/grpc+" &&
+       type.substr(0, 17) != "application/grpc;")) {
+    // Not a gRPC call: a plain HTTP answer, as gRPC's own servers give.
+    call.refused_ = true;
+    call.finished_ = true;
+    const nghttp2_nv nv[] = {Nv(":status", call.method_ != "POST" ? "405" : "415")};
+    nghttp2_submit_response(session_, call.stream_id_, nv, 1, nullptr);
+    Wake();
+    return;
+  }
+  auto it = calls_.find(call.stream_id_);
+  std::unique_ptr<H2CallHandler> handler =
+      it == calls_.end() ? nullptr : methods_(call.path_, it->second);
+  if (handler == nullptr) {
+    Refuse(call, /*UNIMPLEMENTED=*/12, "unknown method " + call.path_.substr(0, 128));
+    return;
+  }
+  call.reader_ = std::make_unique<GrpcMessageReader>(options_.max_receive_bytes);
+  call.SetHandler(std::move(handler));
+}
+
+void H2Connection::RequestData(int32_t stream_id, const uint8_t* data, size_t size) {
+  auto it = calls_.find(stream_id);
+  if (it == calls_.end()) return;
+  std::shared_ptr<H2Call> call = it->second;
+  if (call->refused_ || call->finished_ || call->reader_ == nullptr) return;
+  switch (call->reader_->Add(data, size)) {
+    case GrpcMessageReader::State::kOk:
+      break;
+    case GrpcMessageReader::State::kTooLarge:
+      Refuse(*call, /*RESOURCE_EXHAUSTED=*/8,
+             "received message larger than max (" + std::to_string(call->reader_->announced()) +
+                 " vs. " + std::to_string(options_.max_receive_bytes) + ")");
+      return;
+    case GrpcMessageReader::State::kCompressed:
+      Refuse(*call, /*UNIMPLEMENTED=*/12,
+             "compressed messages are not accepted (send with identity encoding)");
+      return;
+  }
+  std::vector<std::string>& messages = call->reader_->messages();
+  if (messages.empty()) return;
+  std::vector<std::string> ready;
+  ready.swap(messages);
+  for (std::string& message : ready) {
+    if (call->finished_ || call->cancelled_) return;
+    call->handler_->OnMessage(std::move(message));
+  }
+}
+
+void H2Connection::EndOfRequest(H2Call& call) {
+  call.half_closed_ = true;
+  if (call.refused_ || call.finished_ || call.handler_ == nullptr) return;
+  if (call.reader_->partial()) {
+    Refuse(call, /*INTERNAL=*/13, "the request ended inside a message");
+    return;
+  }
+  call.handler_->OnHalfClose();
+}
+
+void H2Connection::Refuse(H2Call& call, int code, std::string_view message) {
+  call.refused_ = true;
+  call.Finish(code, message);
+}
+
+void H2Connection::SubmitHeaders(H2Call& call, bool with_data) {
+  const auto metadata = call.TakeInitialMetadata();
+  const std::vector<nghttp2_nv> nv = ResponseHeaders(metadata);
+  if (with_data) {
+    nghttp2_data_provider provider;
+    provider.source.ptr = &call;
+    provider.read_callback = &Callbacks::ReadData;
+    nghttp2_submit_response(session_, call.stream_id_, nv.data(), nv.size(), &provider);
+    call.data_open_ = true;
+  } else {
+    nghttp2_submit_headers(session_, NGHTTP2_FLAG_NONE, call.stream_id_, nullptr, nv.data(),
+                           nv.size(), nullptr);
+  }
+  Wake();
+}
+
+void H2Connection::SubmitTrailersOnly(H2Call& call) {
+  SubmitHeaders(call, /*with_data=*/false);
+  const auto fields = call.TakeTrailers();
+  const std::vector<nghttp2_nv> nv = Trailers(fields);
+  nghttp2_submit_headers(session_, NGHTTP2_FLAG_END_STREAM, call.stream_id_, nullptr, nv.data(),
+                         nv.size(), nullptr);
+  Wake();
+}
+
+void H2Connection::ResumeData(H2Call& call) {
+  if (call.data_open_) nghttp2_session_resume_data(session_, call.stream_id_);
+  Wake();
+}
+
+void H2Connection::FrameSent(int32_t stream_id, bool end_stream) {
+  if (!end_stream) return;
+  auto it = calls_.find(stream_id);
+  // The call ended before the client finished sending: reset its half, as
+  // gRPC's servers do, so the stream does not stay open.
+  if (it != calls_.end() && !it->second->half_closed_) {
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
+  }
+}
+
+void H2Connection::StreamClosed(int32_t stream_id) {
+  auto it = calls_.find(stream_id);
+  if (it == calls_.end()) return;
+  std::shared_ptr<H2Call> call = std::move(it->second);
+  calls_.erase(it);
+  if (options_.open_calls != nullptr) options_.open_calls->fetch_sub(1);
+  call->Closed();
+  Wake();
+}
+
+}  // namespace narwhal::server

@@ -1,0 +1,126 @@
+// H2Connection: one client connection of the gRPC door, HTTP/2 framed by
+// nghttp2 on the connection's event loop — the loop that runs the requests
+// of its calls, so a relayed message goes from the engine read to the
+// client's socket without leaving the thread (no gRPC core, no completion
+// queue, no handoff).
+//
+// A reader coroutine feeds what the socket gives to nghttp2, which calls
+// back per stream: a new call (server/grpc/h2_call.h) at its headers, then
+// its messages (server/grpc/grpc_wire.h) and its half-close, handed to the
+// handler the door's method table makes for the call's path. A writer
+// coroutine takes whatever nghttp2 has to send — frames of every call on
+// the connection, as they became ready in one turn of the loop — and writes
+// it in one go, bounded by the write timeout.
+//
+// Refused by the connection itself, before any handler: a request that is
+// not a gRPC POST (HTTP 415 or 405), an unknown path (UNIMPLEMENTED),
+// metadata over the header bound (RESOURCE_EXHAUSTED), a message over the
+// receive bound (RESOURCE_EXHAUSTED), a compressed message (UNIMPLEMENTED:
+// this door accepts identity encoding only). HTTP/2 itself — flow control,
+// HPACK, PING, SETTINGS, resets, flood limits — is nghttp2's.
+//
+// Not thread-safe: used on its loop only.
+#ifndef NARWHAL_SERVER_GRPC_H2_CONNECTION_H_
+#define NARWHAL_SERVER_GRPC_H2_CONNECTION_H_
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "engines/clock.h"
+#include "server/grpc/h2_call.h"
+#include "server/net/client_socket.h"
+
+struct nghttp2_session;
+
+namespace narwhal::server {
+
+class TlsServerContext;
+
+struct H2ConnectionOptions {
+  // A message (either way) is at most this many bytes.
+  size_t max_receive_bytes = 4 << 20;
+  // The request headers (names and values) of one call.
+  size_t max_header_bytes = 65536;
+  // Streams one connection may have open at once.
+  uint32_t max_concurrent_streams = 16384;
+  // The handshake and the connection preface must be done within it.
+  engines::MonoClock::duration header_timeout = std::chrono::seconds(10);
+  // One socket write must be done within it (else the connection is closed).
+  engines::MonoClock::duration write_timeout = std::chrono::seconds(60);
+  TlsServerContext* tls = nullptr;  // null: plaintext
+  // Counts the calls open on every connection (may be null).
+  std::atomic<int>* open_calls = nullptr;
+};
+
+class H2Connection : public std::enable_shared_from_this<H2Connection> {
+ public:
+  // Makes the handler of a call on `path` (nullptr: the path is unknown).
+  using MethodTable = std::function<std::unique_ptr<H2CallHandler>(
+      std::string_view path, const std::shared_ptr<H2Call>& call)>;
+
+  H2Connection(boost::asio::ip::tcp::socket socket, const engines::Clock& clock,
+               const H2ConnectionOptions& options, MethodTable methods);
+  ~H2Connection();
+  H2Connection(const H2Connection&) = delete;
+  H2Connection& operator=(const H2Connection&) = delete;
+
+  // Serves the connection until it ends; every open call is then cancelled.
+  engines::Awaitable<void> Run();
+  // GOAWAY: no new calls; the connection ends once its open calls are done.
+  void Drain();
+  // Closes the socket now (Run then ends; open calls are cancelled).
+  void Close();
+  engines::Executor executor() { return socket_.socket().get_executor(); }
+  size_t open_calls() const { return calls_.size(); }
+
+ private:
+  friend class H2Call;
+  struct Callbacks;
+
+  // --- for the calls ---
+  // Sends the call's response headers; with its data source unless `end`.
+  void SubmitHeaders(H2Call& call, bool with_data);
+  void SubmitTrailersOnly(H2Call& call);
+  void ResumeData(H2Call& call);
+  void Wake();
+
+  // --- from nghttp2 ---
+  void BeginCall(int32_t stream_id);
+  void HeadersDone(H2Call& call);
+  void EndOfRequest(H2Call& call);
+  void RequestData(int32_t stream_id, const uint8_t* data, size_t size);
+  void StreamClosed(int32_t stream_id);
+  void FrameSent(int32_t stream_id, bool end_stream);
+  void Refuse(H2Call& call, int code, std::string_view message);
+
+  engines::Awaitable<void> WriteLoop(std::shared_ptr<H2Connection> self);
+  // Moves what nghttp2 has to send into out_; false on a session error.
+  bool Collect();
+  bool Done() const;
+
+  ClientSocket socket_;
+  const engines::Clock& clock_;
+  const H2ConnectionOptions options_;
+  MethodTable methods_;
+  nghttp2_session* session_ = nullptr;
+  std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls_;
+  std::string out_;
+  boost::asio::steady_timer wake_;
+  bool writer_waiting_ = false;
+  bool writer_done_ = false;
+  bool closed_ = false;
+  bool draining_ = false;
+  // Calls whose queue fell below their mark in the last Collect().
+  std::vector<std::weak_ptr<H2Call>> writable_;
+};
+
+}  // namespace narwhal::server
+
+#endif  // NARWHAL_SERVER_GRPC_H2_CONNECTION_H_
