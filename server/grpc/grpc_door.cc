@@ -174,11 +174,8 @@ class GrpcDoor::Impl {
       error_code ec;
       tcp::socket socket = co_await acceptor_.async_accept(
           loops_.Next(), asio::redirect_error(asio::use_awaitable, ec));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!acceptor_.is_open() || stopped_) break;
-      }
       if (ec) {
+        if (!acceptor_.is_open()) break;
         if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
             ec == asio::error::no_memory) {
           co_await engines::AsyncWaitUntil(*backoff, clock_.Now() + kAcceptBackoff,
@@ -187,24 +184,26 @@ class GrpcDoor::Impl {
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
-      if (open_connections() >= options_.max_connections) {
-        if (!capacity_logged_) {
-          capacity_logged_ = true;
-          LogWarning("narwhal-serve: gRPC door at serving.max_connections (" +
-                     std::to_string(options_.max_connections) +
-                     "): further connections are closed at once");
-        }
-        error_code ignored;
-        socket.close(ignored);
-        continue;
-      }
       auto connection = std::make_shared<H2Connection>(
           std::move(socket), clock_, options_.connection,
           [this](std::string_view path, const std::shared_ptr<H2Call>& call) {
             return Method(path, call);
           });
       {
+        // Registered under the lock that StopAccepting takes: a connection
+        // is either closed by it or never served.
         std::lock_guard<std::mutex> lock(mu_);
+        if (stopped_) break;
+        if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+          if (!capacity_logged_) {
+            capacity_logged_ = true;
+            LogWarning("narwhal-serve: gRPC door at serving.max_connections (" +
+                       std::to_string(options_.max_connections) +
+                       "): further connections are closed at once");
+          }
+          connection->Close();
+          continue;
+        }
         connections_.emplace(connection.get(), connection);
       }
       asio::co_spawn(

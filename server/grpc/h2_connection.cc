@@ -211,10 +211,10 @@ engines::Awaitable<void> H2Connection::Run() {
       socket_.timer().Pause();
       first = false;
     }
+    if (lingering_) continue;  // the session is over: only waiting for EOF
     const ssize_t used = nghttp2_session_mem_recv(session_, buffer.data(), n);
     if (used < 0) break;  // not HTTP/2, or a connection error
     Wake();
-    if (Done()) break;
   }
   Close();
 }
@@ -252,7 +252,15 @@ engines::Awaitable<void> H2Connection::WriteLoop(std::shared_ptr<H2Connection> s
   while (!closed_) {
     if (!Collect()) break;
     if (out_.empty()) {
-      if (Done()) break;
+      if (Done()) {
+        // Everything is sent: shut the sending half, read until the client
+        // closes or the linger bound passes (the timer closes the socket).
+        lingering_ = true;
+        ClientSocket::error_code ignored;
+        socket_.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+        socket_.timer().Arm(clock_.Now() + options_.linger_timeout, DoorBound::kLinger);
+        co_return;
+      }
       writer_waiting_ = true;
       wake_.expires_at(boost::asio::steady_timer::time_point::max());
       boost::system::error_code ignored;
@@ -265,7 +273,6 @@ engines::Awaitable<void> H2Connection::WriteLoop(std::shared_ptr<H2Connection> s
     out_.clear();
     if (ec) break;
   }
-  writer_done_ = true;
   Close();
 }
 

@@ -10,7 +10,11 @@
 // handler the door's method table makes for the call's path. A writer
 // coroutine takes whatever nghttp2 has to send — frames of every call on
 // the connection, as they became ready in one turn of the loop — and writes
-// it in one go, bounded by the write timeout.
+// it in one go, bounded by the write timeout. When the session is over (a
+// GOAWAY either way and no call left) the writer shuts the sending half and
+// the reader reads until the client closes or the linger timeout passes, so
+// a client's late ping never meets a closed socket (which would reset the
+// connection under the client's last frames).
 //
 // Refused by the connection itself, before any handler: a request that is
 // not a gRPC POST (HTTP 415 or 405), an unknown path (UNIMPLEMENTED),
@@ -49,11 +53,15 @@ struct H2ConnectionOptions {
   // The request headers (names and values) of one call.
   size_t max_header_bytes = 65536;
   // Streams one connection may have open at once.
-  uint32_t max_concurrent_streams = 16384;
+  uint32_t max_concurrent_streams = 4096;
   // The handshake and the connection preface must be done within it.
   engines::MonoClock::duration header_timeout = std::chrono::seconds(10);
   // One socket write must be done within it (else the connection is closed).
   engines::MonoClock::duration write_timeout = std::chrono::seconds(60);
+  // Once a drained connection has sent everything: how long its sending
+  // half stays shut while the client's last frames (pings, window updates)
+  // are read, before the socket closes.
+  engines::MonoClock::duration linger_timeout = std::chrono::seconds(1);
   TlsServerContext* tls = nullptr;  // null: plaintext
   // Counts the calls open on every connection (may be null).
   std::atomic<int>* open_calls = nullptr;
@@ -114,9 +122,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::string out_;
   boost::asio::steady_timer wake_;
   bool writer_waiting_ = false;
-  bool writer_done_ = false;
   bool closed_ = false;
   bool draining_ = false;
+  bool lingering_ = false;  // everything sent, the sending half shut
   // Calls whose queue fell below their mark in the last Collect().
   std::vector<std::weak_ptr<H2Call>> writable_;
 };

@@ -14,6 +14,7 @@
 
 #include "engines/http/io_loops.h"
 #include "google/rpc/status.pb.h"
+#include "narwhal/v1/inference.grpc.pb.h"
 #include "router/fleet/fleet.h"
 #include "router/router.h"
 #include "tests/fakes/fake_clock.h"
