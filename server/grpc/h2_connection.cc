@@ -97,6 +97,10 @@ struct H2Connection::Callbacks {
   }
 
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+      Of(user_data).PrefaceDone();
+      return 0;
+    }
     const bool end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     auto* call =
@@ -199,24 +203,31 @@ engines::Awaitable<void> H2Connection::Run() {
     }
   }
   boost::asio::co_spawn(executor(), WriteLoop(self), boost::asio::detached);
-  // The client's preface and first frames must come within the header bound.
-  socket_.timer().Arm(clock_.Now() + options_.header_timeout, DoorBound::kHeader);
-  bool first = true;
+  // The client's preface (its SETTINGS frame) must come within the header
+  // bound. A timer of its own: the socket's bounds the writes.
+  preface_timer_ = clock_.NewTimer(executor());
+  preface_timer_->AsyncWait(clock_.Now() + options_.header_timeout,
+                            [weak = weak_from_this()](bool fired) {
+                              std::shared_ptr<H2Connection> c = weak.lock();
+                              if (fired && c && !c->preface_done_) c->Close();
+                            });
   std::vector<uint8_t> buffer(16384);
   while (!closed_) {
     ClientSocket::error_code ec;
     const size_t n = co_await socket_.ReadSome(boost::asio::buffer(buffer), ec);
     if (ec || closed_) break;
-    if (first) {
-      socket_.timer().Pause();
-      first = false;
-    }
     if (lingering_) continue;  // the session is over: only waiting for EOF
     const ssize_t used = nghttp2_session_mem_recv(session_, buffer.data(), n);
     if (used < 0) break;  // not HTTP/2, or a connection error
     Wake();
   }
   Close();
+}
+
+void H2Connection::PrefaceDone() {
+  if (preface_done_) return;
+  preface_done_ = true;
+  if (preface_timer_) preface_timer_->Cancel();
 }
 
 void H2Connection::Drain() {
@@ -231,6 +242,7 @@ void H2Connection::Drain() {
 void H2Connection::Close() {
   if (closed_) return;
   closed_ = true;
+  if (preface_timer_) preface_timer_->Cancel();
   socket_.Close();
   Wake();
   std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls;

@@ -100,6 +100,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void Wake();
 
   // --- from nghttp2 ---
+  void PrefaceDone();  // the client's first SETTINGS came
   void BeginCall(int32_t stream_id);
   void HeadersDone(H2Call& call);
   void EndOfRequest(H2Call& call);
@@ -125,6 +126,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool closed_ = false;
   bool draining_ = false;
   bool lingering_ = false;  // everything sent, the sending half shut
+  bool preface_done_ = false;
+  std::unique_ptr<engines::Timer> preface_timer_;
   // Calls whose queue fell below their mark in the last Collect().
   std::vector<std::weak_ptr<H2Call>> writable_;
 };
