@@ -52,6 +52,7 @@ class GrpcDoor::Impl {
         reflection_(ReflectionV1Service::WithStandardServices({"narwhal.v1.Inference"})),
         acceptor_(loops.executor(0)) {
     options_.connection.open_calls = &open_calls_;
+    options_.connection.request_bytes = &request_bytes_;
   }
 
   ~Impl() {
@@ -224,6 +225,7 @@ class GrpcDoor::Impl {
   const ReflectionV1Service reflection_;
   tcp::acceptor acceptor_;
   std::atomic<int> open_calls_{0};
+  std::atomic<int64_t> request_bytes_{0};
   bool capacity_logged_ = false;  // acceptor's loop only
   mutable std::mutex mu_;
   std::condition_variable cv_;

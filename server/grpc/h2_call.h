@@ -105,6 +105,7 @@ class H2Call {
   GrpcMetadata metadata_;  // views into headers_, built at END_HEADERS
   std::chrono::system_clock::time_point deadline_ = std::chrono::system_clock::time_point::max();
   std::unique_ptr<GrpcMessageReader> reader_;  // from END_HEADERS
+  int64_t held_request_bytes_ = 0;             // counted in the door's total
   bool half_closed_ = false;                   // the client's END_STREAM came
   bool refused_ = false;                       // answered by the door before any handler
   // Response.

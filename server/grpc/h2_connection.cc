@@ -247,9 +247,13 @@ void H2Connection::Close() {
   Wake();
   std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls;
   calls.swap(calls_);
-  if (options_.open_calls != nullptr)
+  if (options_.open_calls != nullptr) {
     options_.open_calls->fetch_sub(static_cast<int>(calls.size()));
-  for (auto& [id, call] : calls) call->Closed();
+  }
+  for (auto& [id, call] : calls) {
+    ReleaseRequestBytes(*call);
+    call->Closed();
+  }
 }
 
 bool H2Connection::Done() const {
@@ -354,6 +358,18 @@ void H2Connection::RequestData(int32_t stream_id, const uint8_t* data, size_t si
   if (it == calls_.end()) return;
   std::shared_ptr<H2Call> call = it->second;
   if (call->refused_ || call->finished_ || call->reader_ == nullptr) return;
+  if (options_.request_bytes != nullptr) {
+    const int64_t n = static_cast<int64_t>(size);
+    if (options_.request_bytes->fetch_add(n) + n > options_.max_request_bytes_held) {
+      options_.request_bytes->fetch_sub(n);
+      Refuse(*call, /*RESOURCE_EXHAUSTED=*/8,
+             "the door holds " + std::to_string(options_.max_request_bytes_held) +
+                 " bytes of unfinished requests already; retry later");
+      ReleaseRequestBytes(*call);
+      return;
+    }
+    call->held_request_bytes_ += n;
+  }
   switch (call->reader_->Add(data, size)) {
     case GrpcMessageReader::State::kOk:
       break;
@@ -379,12 +395,22 @@ void H2Connection::RequestData(int32_t stream_id, const uint8_t* data, size_t si
 
 void H2Connection::EndOfRequest(H2Call& call) {
   call.half_closed_ = true;
-  if (call.refused_ || call.finished_ || call.handler_ == nullptr) return;
-  if (call.reader_->partial()) {
-    Refuse(call, /*INTERNAL=*/13, "the request ended inside a message");
+  if (call.refused_ || call.finished_ || call.handler_ == nullptr) {
+    ReleaseRequestBytes(call);
     return;
   }
-  call.handler_->OnHalfClose();
+  if (call.reader_->partial()) {
+    Refuse(call, /*INTERNAL=*/13, "the request ended inside a message");
+  } else {
+    call.handler_->OnHalfClose();  // the handler has taken its request
+  }
+  ReleaseRequestBytes(call);
+}
+
+void H2Connection::ReleaseRequestBytes(H2Call& call) {
+  if (options_.request_bytes == nullptr || call.held_request_bytes_ == 0) return;
+  options_.request_bytes->fetch_sub(call.held_request_bytes_);
+  call.held_request_bytes_ = 0;
 }
 
 void H2Connection::Refuse(H2Call& call, int code, std::string_view message) {
@@ -438,6 +464,7 @@ void H2Connection::StreamClosed(int32_t stream_id) {
   std::shared_ptr<H2Call> call = std::move(it->second);
   calls_.erase(it);
   if (options_.open_calls != nullptr) options_.open_calls->fetch_sub(1);
+  ReleaseRequestBytes(*call);
   call->Closed();
   Wake();
 }

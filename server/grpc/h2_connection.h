@@ -65,6 +65,13 @@ struct H2ConnectionOptions {
   TlsServerContext* tls = nullptr;  // null: plaintext
   // Counts the calls open on every connection (may be null).
   std::atomic<int>* open_calls = nullptr;
+  // Request bytes held by calls of every connection that have not finished
+  // sending (may be null: no bound). A call whose bytes would take the
+  // total past max_request_bytes_held is refused RESOURCE_EXHAUSTED, so
+  // clients that send slowly on many streams cannot grow memory without
+  // bound.
+  std::atomic<int64_t>* request_bytes = nullptr;
+  int64_t max_request_bytes_held = int64_t{256} << 20;
 };
 
 class H2Connection : public std::enable_shared_from_this<H2Connection> {
@@ -108,6 +115,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void StreamClosed(int32_t stream_id);
   void FrameSent(int32_t stream_id, bool end_stream);
   void Refuse(H2Call& call, int code, std::string_view message);
+  void ReleaseRequestBytes(H2Call& call);
 
   engines::Awaitable<void> WriteLoop(std::shared_ptr<H2Connection> self);
   // Moves what nghttp2 has to send into out_; false on a session error.

@@ -1,6 +1,7 @@
 // The gRPC door (server/grpc/grpc_door.h) against clients that are not gRPC
 // clients, over raw loopback sockets: HTTP/1.1 or garbage on the gRPC port,
-// and a connection that stops half-way through its preface. Each costs only its own
+// a connection that stops half-way through its preface, and the door's bound
+// on the request bytes of unfinished calls. Each costs only its own
 // connection (closed), and the door goes on serving real gRPC clients.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -77,18 +78,23 @@ class GrpcDoorHostileTest : public ::testing::Test {
     router_.reset();
   }
 
-  // A real client's Complete still works.
-  void ExpectServing() {
+  // A real client's Complete of `prompt`.
+  grpc::Status CompletePrompt(const std::string& prompt) {
     auto stub = pb::Inference::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                                            grpc::InsecureChannelCredentials()));
     pb::GenerateRequest request;
     request.set_model("m");
-    request.set_prompt("hello");
+    request.set_prompt(prompt);
     request.set_max_tokens(4);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     pb::CompleteResponse response;
-    const grpc::Status status = stub->Complete(&ctx, request, &response);
+    return stub->Complete(&ctx, request, &response);
+  }
+
+  // A real client's Complete still works.
+  void ExpectServing() {
+    const grpc::Status status = CompletePrompt("hello");
     EXPECT_TRUE(status.ok()) << status.error_message();
   }
 
@@ -157,6 +163,30 @@ TEST_F(GrpcDoorHostileTest, APrefaceThatStopsHalfWayIsClosedAtTheHeaderBound) {
   ::close(fd);
   EXPECT_TRUE(ConnectionsBecome(0));
   ExpectServing();
+}
+
+TEST_F(GrpcDoorHostileTest, UnfinishedRequestBytesAreBoundedAcrossTheDoor) {
+  nt::StopGrpcDoor(door_);
+  GrpcDoorOptions options = GrpcDoorOptionsFrom(settings_, nullptr);
+  options.connection.max_request_bytes_held = 64 * 1024;
+  door_ = std::make_unique<GrpcDoor>(settings_, *router_, clock_, loops_, "", options);
+  auto bound = door_->Bind("127.0.0.1", 0);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  port_ = *bound;
+  door_->Start();
+
+  const grpc::Status over = CompletePrompt(std::string(100 * 1024, 'a'));
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << over.error_message();
+  EXPECT_NE(over.error_message().find("unfinished requests"), std::string::npos)
+      << over.error_message();
+  EXPECT_TRUE(fake_->prefill_calls().empty());
+  // What a refused or finished call held is given back: three requests of
+  // 40 KiB, one after the other, each fit.
+  for (int i = 0; i < 3; ++i) {
+    const grpc::Status status = CompletePrompt(std::string(40 * 1024, 'b'));
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(fake_->prefill_calls().size(), 3u);
 }
 
 }  // namespace
