@@ -53,6 +53,7 @@ class GrpcDoor::Impl {
         acceptor_(loops.executor(0)) {
     options_.connection.open_calls = &open_calls_;
     options_.connection.request_bytes = &request_bytes_;
+    options_.connection.log = &connection_log_;
   }
 
   ~Impl() {
@@ -226,6 +227,7 @@ class GrpcDoor::Impl {
   tcp::acceptor acceptor_;
   std::atomic<int> open_calls_{0};
   std::atomic<int64_t> request_bytes_{0};
+  H2ConnectionLog connection_log_;
   bool capacity_logged_ = false;  // acceptor's loop only
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -6,6 +6,7 @@
 #include <boost/asio/detached.hpp>
 #include <vector>
 
+#include "server/log.h"
 #include "server/net/tls_context.h"
 
 namespace narwhal::server {
@@ -43,6 +44,20 @@ std::vector<nghttp2_nv> Trailers(const std::vector<std::pair<std::string, std::s
         Nv(key, value, key == "grpc-status" ? NGHTTP2_NV_FLAG_NONE : NGHTTP2_NV_FLAG_NO_INDEX));
   }
   return nv;
+}
+
+// "sent GOAWAY PROTOCOL_ERROR: <nghttp2's debug text>".
+std::string GoawayText(const char* direction, const nghttp2_goaway& goaway) {
+  std::string text =
+      std::string(direction) + " GOAWAY " + nghttp2_http2_strerror(goaway.error_code);
+  if (goaway.opaque_data_len > 0) {
+    text += ": ";
+    for (size_t i = 0; i < goaway.opaque_data_len && i < 200; ++i) {
+      const char c = static_cast<char>(goaway.opaque_data[i]);
+      text += c >= 0x20 && c < 0x7f ? c : '?';
+    }
+  }
+  return text;
 }
 
 // Request headers that are HTTP/2's or gRPC's own, not the call's metadata.
@@ -97,6 +112,10 @@ struct H2Connection::Callbacks {
   }
 
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+      Of(user_data).SetEnd(GoawayText("received", frame->goaway));
+      return 0;
+    }
     if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
       Of(user_data).PrefaceDone();
       return 0;
@@ -125,6 +144,9 @@ struct H2Connection::Callbacks {
   }
 
   static int OnFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+      Of(user_data).SetEnd(GoawayText("sent", frame->goaway));
+    }
     if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) {
       Of(user_data).FrameSent(frame->hd.stream_id,
                               (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0);
@@ -209,19 +231,68 @@ engines::Awaitable<void> H2Connection::Run() {
   preface_timer_->AsyncWait(clock_.Now() + options_.header_timeout,
                             [weak = weak_from_this()](bool fired) {
                               std::shared_ptr<H2Connection> c = weak.lock();
-                              if (fired && c && !c->preface_done_) c->Close();
+                              if (fired && c && !c->preface_done_) {
+                                c->SetEnd("no HTTP/2 preface within the header timeout");
+                                c->Close();
+                              }
                             });
   std::vector<uint8_t> buffer(16384);
   while (!closed_) {
     ClientSocket::error_code ec;
     const size_t n = co_await socket_.ReadSome(boost::asio::buffer(buffer), ec);
-    if (ec || closed_) break;
+    if (ec || closed_) {
+      // A client that closes or resets its connection says nothing more.
+      if (ec && !closed_ && ec != boost::asio::error::eof &&
+          ec != boost::asio::error::connection_reset) {
+        SetEnd("read: " + ec.message());
+      }
+      break;
+    }
     if (lingering_) continue;  // the session is over: only waiting for EOF
-    const ssize_t used = nghttp2_session_mem_recv(session_, buffer.data(), n);
-    if (used < 0) break;  // not HTTP/2, or a connection error
+    filtered_.clear();
+    idle_resets_.Filter(buffer.data(), n, &filtered_);
+    const ssize_t used = nghttp2_session_mem_recv(
+        session_, reinterpret_cast<const uint8_t*>(filtered_.data()), filtered_.size());
+    if (used < 0) {  // not HTTP/2, or a connection error
+      SetEnd(std::string("HTTP/2: ") + nghttp2_strerror(static_cast<int>(used)));
+      break;
+    }
     Wake();
   }
   Close();
+}
+
+void H2Connection::SetEnd(std::string why) {
+  if (end_.empty()) end_ = std::move(why);
+}
+
+void H2Connection::LogConnectionEnd(const std::string& what) {
+  if (options_.log == nullptr) return;
+  ClientSocket::error_code ec;
+  const auto peer = socket_.socket().remote_endpoint(ec);
+  options_.log->Log(
+      "grpc: connection from " +
+      (ec ? std::string("?") : peer.address().to_string() + ":" + std::to_string(peer.port())) +
+      " ended: " + what);
+}
+
+void H2ConnectionLog::Log(const std::string& line) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_ns_.load();
+  if (last != 0 && now - last < std::chrono::nanoseconds(std::chrono::seconds(1)).count()) {
+    suppressed_.fetch_add(1);
+    return;
+  }
+  if (!last_ns_.compare_exchange_strong(last, now)) {
+    suppressed_.fetch_add(1);
+    return;
+  }
+  const uint64_t suppressed = suppressed_.exchange(0);
+  LogWarning(suppressed == 0 ? line
+                             : line + " (" + std::to_string(suppressed) +
+                                   " more such lines suppressed; at most one a second)");
 }
 
 void H2Connection::PrefaceDone() {
@@ -247,6 +318,12 @@ void H2Connection::Close() {
   Wake();
   std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls;
   calls.swap(calls_);
+  size_t cut = 0;
+  for (const auto& [id, call] : calls) cut += call->finished_ ? 0 : 1;
+  if (cut > 0 || (!end_.empty() && preface_done_)) {
+    LogConnectionEnd(std::to_string(cut) + (cut == 1 ? " call" : " calls") + " cut; " +
+                     (end_.empty() ? std::string("the client closed the connection") : end_));
+  }
   if (options_.open_calls != nullptr) {
     options_.open_calls->fetch_sub(static_cast<int>(calls.size()));
   }
@@ -266,7 +343,10 @@ void H2Connection::Wake() {
 
 engines::Awaitable<void> H2Connection::WriteLoop(std::shared_ptr<H2Connection> self) {
   while (!closed_) {
-    if (!Collect()) break;
+    if (!Collect()) {
+      SetEnd("HTTP/2 session error while sending");
+      break;
+    }
     if (out_.empty()) {
       if (Done()) {
         // Everything is sent: shut the sending half, read until the client
@@ -287,7 +367,10 @@ engines::Awaitable<void> H2Connection::WriteLoop(std::shared_ptr<H2Connection> s
     const ClientSocket::error_code ec =
         co_await socket_.Write(boost::asio::buffer(out_), clock_.Now() + options_.write_timeout);
     out_.clear();
-    if (ec) break;
+    if (ec) {
+      SetEnd("write: " + ec.message());
+      break;
+    }
   }
   Close();
 }

@@ -39,6 +39,7 @@
 
 #include "engines/clock.h"
 #include "server/grpc/h2_call.h"
+#include "server/grpc/h2_idle_reset_filter.h"
 #include "server/net/client_socket.h"
 
 struct nghttp2_session;
@@ -46,6 +47,18 @@ struct nghttp2_session;
 namespace narwhal::server {
 
 class TlsServerContext;
+
+// The door's log of connections that ended abnormally (calls cut, an
+// HTTP/2 error either way, a failed write): at most one line a second,
+// with a count of what was left out. Thread-safe.
+class H2ConnectionLog {
+ public:
+  void Log(const std::string& line);
+
+ private:
+  std::atomic<int64_t> last_ns_{0};
+  std::atomic<uint64_t> suppressed_{0};
+};
 
 struct H2ConnectionOptions {
   // A message (either way) is at most this many bytes.
@@ -71,6 +84,7 @@ struct H2ConnectionOptions {
   // clients that send slowly on many streams cannot grow memory without
   // bound.
   std::atomic<int64_t>* request_bytes = nullptr;
+  H2ConnectionLog* log = nullptr;  // may be null: nothing logged
   int64_t max_request_bytes_held = int64_t{256} << 20;
 };
 
@@ -108,6 +122,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
 
   // --- from nghttp2 ---
   void PrefaceDone();  // the client's first SETTINGS came
+  // Why the connection ends (the first reason given wins).
+  void SetEnd(std::string why);
+  void LogConnectionEnd(const std::string& what);
   void BeginCall(int32_t stream_id);
   void HeadersDone(H2Call& call);
   void EndOfRequest(H2Call& call);
@@ -129,12 +146,17 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls_;
   std::string out_;
+  // What nghttp2 gets of each read: a client's RST_STREAM for a stream it
+  // never opened is dropped (server/grpc/h2_idle_reset_filter.h).
+  H2IdleResetFilter idle_resets_;
+  std::string filtered_;
   boost::asio::steady_timer wake_;
   bool writer_waiting_ = false;
   bool closed_ = false;
   bool draining_ = false;
   bool lingering_ = false;  // everything sent, the sending half shut
   bool preface_done_ = false;
+  std::string end_;  // why the connection ends, when not the client's close
   std::unique_ptr<engines::Timer> preface_timer_;
   // Calls whose queue fell below their mark in the last Collect().
   std::vector<std::weak_ptr<H2Call>> writable_;
