@@ -1,17 +1,16 @@
 #include "server/probe_listener.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <exception>
-#include <mutex>
-#include <string_view>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string_view>
 
 #include "server/admission.h"
 #include "server/http/connection.h"
@@ -19,6 +18,7 @@
 #include "server/http/http_door_options.h"
 #include "server/http/responses.h"
 #include "server/http/routes.h"
+#include "server/net/listen_socket.h"
 
 namespace narwhal::server {
 namespace {
@@ -50,8 +50,7 @@ HttpResponse NotReady(const std::string& reason) {
 
 }  // namespace
 
-engines::MonoClock::duration ProbeStartupWindow(double connect_timeout_s,
-                                                double health_timeout_s) {
+engines::MonoClock::duration ProbeStartupWindow(double connect_timeout_s, double health_timeout_s) {
   return engines::FromSeconds(connect_timeout_s + health_timeout_s);
 }
 
@@ -69,29 +68,7 @@ class ProbeListener::Impl final : public HttpRoutes {
   ~Impl() override { Stop(); }
 
   absl::StatusOr<int> Bind(const std::string& host, int port) {
-    error_code ec;
-    tcp::endpoint endpoint;
-    const asio::ip::address address = asio::ip::make_address(host, ec);
-    if (!ec) {
-      endpoint = tcp::endpoint(address, static_cast<unsigned short>(port));
-    } else {
-      tcp::resolver resolver(loops_.executor(0));
-      const auto results = resolver.resolve(host, std::to_string(port), ec);
-      if (!ec && results.empty()) ec = asio::error::host_not_found;
-      if (!ec) endpoint = results.begin()->endpoint();
-    }
-    if (!ec) acceptor_.open(endpoint.protocol(), ec);
-    // SO_REUSEADDR only: a second server on the same port fails to bind.
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(64, ec);
-    if (ec) {
-      error_code ignored;
-      acceptor_.close(ignored);
-      return absl::UnavailableError("cannot bind the health listener to " + host + ":" +
-                                    std::to_string(port) + " (" + ec.message() + ")");
-    }
-    return static_cast<int>(acceptor_.local_endpoint().port());
+    return ListenOn(acceptor_, host, port, "health", 64);
   }
 
   void Start() {
@@ -142,7 +119,8 @@ class ProbeListener::Impl final : public HttpRoutes {
     }
     return ErrorResponse(404, ErrorType::kInvalidRequest,
                          "no route for " + std::string(request.method_string()) + " " +
-                             std::string(path) + " (the health listener serves GET /health, "
+                             std::string(path) +
+                             " (the health listener serves GET /health, "
                              "/ready and /serving)");
   }
 

@@ -23,6 +23,7 @@
 #include "server/http/generation_request.h"
 #include "server/http/responses.h"
 #include "server/http/routes.h"
+#include "server/net/listen_socket.h"
 #include "server/status_table.h"
 
 namespace narwhal::server {
@@ -88,33 +89,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
   }
 
   absl::StatusOr<int> Bind(const std::string& host, int port) {
-    const auto fail = [&](const error_code& ec) {
-      return absl::UnavailableError("cannot bind the HTTP listener to " + host + ":" +
-                                    std::to_string(port) + " (" + ec.message() + ")");
-    };
-    error_code ec;
-    tcp::endpoint endpoint;
-    const asio::ip::address address = asio::ip::make_address(host, ec);
-    if (!ec) {
-      endpoint = tcp::endpoint(address, static_cast<unsigned short>(port));
-    } else {
-      tcp::resolver resolver(loops_.executor(0));
-      const auto results = resolver.resolve(host, std::to_string(port), ec);
-      if (ec || results.empty()) return fail(ec ? ec : asio::error::host_not_found);
-      endpoint = results.begin()->endpoint();
-    }
-    acceptor_.open(endpoint.protocol(), ec);
-    // SO_REUSEADDR only (no SO_REUSEPORT): a second server on the same port
-    // fails to bind instead of sharing it.
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(1024, ec);
-    if (ec) {
-      error_code ignored;
-      acceptor_.close(ignored);
-      return fail(ec);
-    }
-    return static_cast<int>(acceptor_.local_endpoint().port());
+    return ListenOn(acceptor_, host, port, "HTTP");
   }
 
   void Start() {
