@@ -26,6 +26,7 @@
 #define NARWHAL_TESTS_FAKES_FAKE_ENGINE_CLIENT_H_
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -342,6 +343,10 @@ class FakeEngineClient : public engines::AsyncEngineClient {
     std::lock_guard<std::mutex> lock(mu_);
     return {prefill_calls_.begin(), prefill_calls_.end()};
   }
+  // Decode events handed to the router so far, legs still running included
+  // (DecodeCall::events_delivered is set when a leg ends).
+  int events_delivered_now() const { return events_delivered_now_.load(); }
+
   std::vector<DecodeCall> decode_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     return {decode_calls_.begin(), decode_calls_.end()};
@@ -631,6 +636,7 @@ class FakeEngineClient : public engines::AsyncEngineClient {
           break;
       }
       ++*delivered;
+      events_delivered_now_.fetch_add(1);
       if (!observer.OnEvent(data, event)) co_return CancelledFailure(kPhase, iid);
       // One scripted event per engine read: the observer hands it on.
       const bool taken = co_await observer.Flush();
@@ -649,6 +655,7 @@ class FakeEngineClient : public engines::AsyncEngineClient {
 
   FakeClock* clock_;
   mutable std::mutex mu_;
+  std::atomic<int> events_delivered_now_{0};
   std::condition_variable cv_;
   std::map<std::string, std::deque<PrefillStep>> prefill_steps_;
   std::map<std::string, std::deque<DecodeStep>> decode_steps_;

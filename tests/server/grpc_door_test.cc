@@ -444,5 +444,61 @@ TEST_F(GrpcDoorTest, InitialMetadataCarriesTheRequestId) {
   EXPECT_EQ(fake_->prefill_calls().size(), 1u);
 }
 
+// B13 through the gRPC door: a client that stops reading holds the engine
+// read. Its call stops taking from the request's sink once 64 KiB wait for
+// the client, the sink fills, and the router waits instead of relaying 20 MB
+// into memory; once the client reads again, every token arrives in order.
+TEST_F(GrpcDoorTest, B13_AClientThatStopsReadingHoldsTheEngineRead) {
+  Start();
+  constexpr int kChunks = 4000;
+  std::vector<std::string> chunks;
+  for (int i = 0; i < kChunks; ++i) {
+    chunks.push_back(
+        nt::CompletionChunk(std::string(5000, 'a' + i % 26), i + 1 == kChunks ? "stop" : ""));
+  }
+  fake_->QueuePrefill(nt::PrefillStep::Ok());
+  fake_->QueueDecode(nt::DecodeStep::Stream(std::move(chunks)));
+  // The client's own window stays at gRPC's 64 KiB (no BDP growth).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+  auto stub = pb::Inference::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  pb::GenerateRequest request = DoorTestPrompt();
+  request.set_max_tokens(kChunks);
+  auto reader = stub->Generate(&ctx, request);
+  pb::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  // Not reading: the relay stops, far short of the stream, and stays there.
+  int held = -1;
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(20ms);
+    const int now = fake_->events_delivered_now();
+    if (now == held) break;
+    held = now;
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(fake_->events_delivered_now(), held);
+  EXPECT_LT(held, kChunks / 4) << "the door took what the client did not read";
+  // Reading again: everything, in order.
+  int deltas = 1;
+  std::string last;
+  bool final = false;
+  while (reader->Read(&response)) {
+    if (response.has_delta()) {
+      ++deltas;
+      last = response.delta().text();
+    }
+    final = final || response.has_final();
+  }
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(deltas, kChunks);
+  EXPECT_EQ(last, std::string(5000, 'a' + (kChunks - 1) % 26));
+  EXPECT_TRUE(final);
+}
+
 }  // namespace
 }  // namespace narwhal::server
