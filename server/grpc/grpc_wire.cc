@@ -12,25 +12,31 @@ std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value)
     if (c < '0' || c > '9') return std::nullopt;
     amount = amount * 10 + (c - '0');
   }
-  using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
-  // 8 digits of hours is about 11,000 years: held in seconds it fits.
+  // Hours, minutes and seconds in whole seconds (8 digits of hours fit in
+  // 64 bits as seconds, not as nanoseconds): clamped before converting.
+  int64_t seconds = 0;
   switch (value.back()) {
     case 'H':
-      return duration_cast<nanoseconds>(std::chrono::seconds(amount * 3600));
+      seconds = amount * 3600;
+      break;
     case 'M':
-      return duration_cast<nanoseconds>(std::chrono::seconds(amount * 60));
+      seconds = amount * 60;
+      break;
     case 'S':
-      return duration_cast<nanoseconds>(std::chrono::seconds(amount));
+      seconds = amount;
+      break;
     case 'm':
-      return duration_cast<nanoseconds>(std::chrono::milliseconds(amount));
+      return nanoseconds(std::chrono::milliseconds(amount));
     case 'u':
-      return duration_cast<nanoseconds>(std::chrono::microseconds(amount));
+      return nanoseconds(std::chrono::microseconds(amount));
     case 'n':
       return nanoseconds(amount);
     default:
       return std::nullopt;
   }
+  const int64_t max_seconds = std::chrono::seconds(kMaxGrpcTimeout).count();
+  return nanoseconds(std::chrono::seconds(std::min(seconds, max_seconds)));
 }
 
 std::string PercentEncodeGrpcMessage(std::string_view message) {

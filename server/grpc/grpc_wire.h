@@ -16,8 +16,13 @@
 
 namespace narwhal::server {
 
-// "<1-8 digits><H|M|S|m|u|n>", else nullopt (the header is then ignored,
-// as gRPC's own servers do with a malformed one).
+// The longest grpc-timeout taken as given: about 100 years. A longer one
+// (8 digits of hours reach 11,000 years, past what nanoseconds since the
+// epoch can hold) is taken as this, as gRPC's own deadlines saturate.
+inline constexpr std::chrono::hours kMaxGrpcTimeout{24 * 365 * 100};
+
+// "<1-8 digits><H|M|S|m|u|n>", at most kMaxGrpcTimeout, else nullopt (the
+// header is then ignored, as gRPC's own servers do with a malformed one).
 std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value);
 
 // grpc-message's encoding: printable ASCII except '%' as is, every other

@@ -43,9 +43,12 @@ TEST(GrpcWireTest, TimeoutTakesEightDigits) {
   EXPECT_EQ(ParseGrpcTimeout("99999999n"), std::optional<nanoseconds>(nanoseconds(99999999)));
   EXPECT_EQ(ParseGrpcTimeout("12345678S"),
             std::optional<nanoseconds>(std::chrono::seconds(12345678)));
-  // The largest value in the largest unit does not overflow.
-  EXPECT_EQ(ParseGrpcTimeout("99999999H"),
-            std::optional<nanoseconds>(std::chrono::hours(99999999)));
+  // The largest value in the largest unit does not overflow: it is taken
+  // as the longest timeout, and so is anything past it.
+  EXPECT_EQ(ParseGrpcTimeout("99999999H"), std::optional<nanoseconds>(kMaxGrpcTimeout));
+  EXPECT_EQ(ParseGrpcTimeout("99999999M"), std::optional<nanoseconds>(kMaxGrpcTimeout));
+  EXPECT_EQ(ParseGrpcTimeout("876000H"), std::optional<nanoseconds>(kMaxGrpcTimeout));
+  EXPECT_EQ(ParseGrpcTimeout("875999H"), std::optional<nanoseconds>(std::chrono::hours(875999)));
 }
 
 TEST(GrpcWireTest, MalformedTimeoutIsRefused) {
