@@ -64,7 +64,6 @@ size_t H2Call::TakeOutput(uint8_t* buf, size_t length, bool* eof) {
 }
 
 std::vector<std::pair<std::string, std::string>> H2Call::TakeTrailers() {
-  trailers_queued_ = true;
   return std::move(trailers_);
 }
 

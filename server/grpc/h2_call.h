@@ -117,7 +117,6 @@ class H2Call {
   size_t writable_mark_ = 0;
   bool wants_writable_ = false;
   bool finished_ = false;         // Finish() called
-  bool trailers_queued_ = false;  // handed to nghttp2
   std::vector<std::pair<std::string, std::string>> trailers_;
   bool cancelled_ = false;
 };

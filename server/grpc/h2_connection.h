@@ -107,7 +107,6 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // Closes the socket now (Run then ends; open calls are cancelled).
   void Close();
   engines::Executor executor() { return socket_.socket().get_executor(); }
-  size_t open_calls() const { return calls_.size(); }
 
  private:
   friend class H2Call;
