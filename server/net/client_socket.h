@@ -26,6 +26,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
@@ -55,7 +56,11 @@ class ClientSocket {
       : socket_(std::move(socket)),
         clock_(clock),
         timer_(clock, socket_.get_executor(), [this] { OnExpire(); }),
-        tls_(tls == nullptr ? nullptr : std::make_unique<TlsStream>(socket_, *tls)) {}
+        tls_(tls == nullptr ? nullptr : std::make_unique<TlsStream>(socket_, *tls)) {
+    // Write() tries the socket at once; a blocking socket would block there.
+    error_code ignored;
+    socket_.non_blocking(true, ignored);
+  }
   ClientSocket(const ClientSocket&) = delete;
   ClientSocket& operator=(const ClientSocket&) = delete;
 
@@ -131,15 +136,29 @@ class ClientSocket {
   template <typename ConstBuffers>
   engines::Awaitable<error_code> Write(const ConstBuffers& buffers, engines::MonoTime deadline) {
     error_code ec;
-    timer_.Arm(deadline, DoorBound::kWrite);
     if (tls_) {
+      timer_.Arm(deadline, DoorBound::kWrite);
       // One staging copy (its capacity is kept): the TLS layer writes one
       // record per buffer it is given.
       tls_out_.resize(boost::asio::buffer_size(buffers));
       boost::asio::buffer_copy(boost::asio::buffer(tls_out_), buffers);
       co_await tls_->Write(boost::asio::buffer(tls_out_), ec);
     } else {
-      co_await boost::asio::async_write(socket_, buffers, RedirectTo(ec));
+      // Most writes fit the socket's send buffer: sent at once, they cost one
+      // send and no turn of the loop (an asynchronous write that completes at
+      // once posts its completion, and the loop polls epoll once more).
+      const size_t sent = socket_.write_some(buffers, ec);
+      if (!ec && sent == boost::asio::buffer_size(buffers)) {
+        timer_.Pause();
+        co_return ec;
+      }
+      if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) ec = {};
+      if (!ec) {
+        timer_.Arm(deadline, DoorBound::kWrite);
+        boost::beast::buffers_suffix<ConstBuffers> rest(buffers);
+        rest.consume(sent);
+        co_await boost::asio::async_write(socket_, rest, RedirectTo(ec));
+      }
     }
     timer_.Pause();
     if (timer_.fired()) ec = boost::asio::error::timed_out;
