@@ -233,7 +233,11 @@ absl::Status Server::Parts::OpenFiles() {
 }
 
 void Server::Parts::BuildCore() {
-  loops = std::make_unique<engines::IoLoops>(settings.serving.io_threads);
+  engines::LoopPlacementOptions placement;
+  placement.policy = settings.serving.loop_placement == router::LoopPlacementPolicy::kSpread
+                         ? engines::Placement::kSpread
+                         : engines::Placement::kPack;
+  loops = std::make_unique<engines::IoLoops>(settings.serving.io_threads, placement);
   engine_client =
       std::make_unique<engines::BeastEngineClient>(EngineClientOptions(settings), clock);
   fleet = std::make_unique<router::Fleet>(settings, clock, metrics.get(), journal.get(), &events);

@@ -76,6 +76,10 @@ struct TenantSettings {
   double burst = 0;           // bucket size (>= 1 when requests_per_s is set)
 };
 
+// serving.loop_placement: which data-plane loop takes a new client
+// connection (engines/http/loop_placement.h).
+enum class LoopPlacementPolicy { kPack, kSpread };
+
 struct ServingSettings {
   int max_attempts = 1;                   // complete prefill+decode attempts
   double request_timeout_s = 600;         // end-to-end deadline
@@ -93,6 +97,8 @@ struct ServingSettings {
   // The data plane's event-loop threads (client connections, attempt loops,
   // engine legs); 0 = one per core.
   int io_threads = 0;
+  // Which loop takes a new client connection (engines/http/loop_placement.h).
+  LoopPlacementPolicy loop_placement = LoopPlacementPolicy::kPack;
   // Open HTTP client connections; a connection beyond it is refused at once
   // (a fixed 503, then closed).
   int max_connections = 4096;

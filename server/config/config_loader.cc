@@ -164,6 +164,8 @@ pb::FleetConfig SettingsToProto(const Settings& s) {
   serving->set_graceful_timeout_s(sv.graceful_timeout_s);
   serving->set_api_key_env(sv.api_key_env);
   serving->set_io_threads(sv.io_threads);
+  serving->set_loop_placement(sv.loop_placement == router::LoopPlacementPolicy::kSpread ? "spread"
+                                                                                        : "pack");
   serving->set_max_connections(sv.max_connections);
   serving->set_max_header_bytes(sv.max_header_bytes);
   serving->set_max_headers(sv.max_headers);

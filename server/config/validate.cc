@@ -250,6 +250,10 @@ bool ValidateServing(const Fields& f, const pb::Serving& serving, bool read_keys
   f.Number(S::kGracefulTimeoutSFieldNumber, &out->graceful_timeout_s);
   f.EnvVarName(S::kApiKeyEnvFieldNumber, &out->api_key_env);
   f.Int(S::kIoThreadsFieldNumber, &out->io_threads);
+  std::string placement = "pack";
+  f.String(S::kLoopPlacementFieldNumber, &placement);
+  out->loop_placement = placement == "spread" ? router::LoopPlacementPolicy::kSpread
+                                              : router::LoopPlacementPolicy::kPack;
   f.Int(S::kMaxConnectionsFieldNumber, &out->max_connections);
   f.Int(S::kMaxHeaderBytesFieldNumber, &out->max_header_bytes);
   f.Int(S::kMaxHeadersFieldNumber, &out->max_headers);

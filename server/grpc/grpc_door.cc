@@ -150,7 +150,7 @@ class GrpcDoor::Impl {
     while (true) {
       error_code ec;
       tcp::socket socket = co_await acceptor_.async_accept(
-          loops_.Next(), asio::redirect_error(asio::use_awaitable, ec));
+          loops_.Place(), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (!acceptor_.is_open()) break;
         if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||

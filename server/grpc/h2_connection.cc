@@ -341,7 +341,8 @@ void H2Connection::Wake() {
   if (writer_waiting_) wake_.cancel();
 }
 
-engines::Awaitable<void> H2Connection::WriteLoop(std::shared_ptr<H2Connection> self) {
+engines::Awaitable<void> H2Connection::WriteLoop(
+    [[maybe_unused]] std::shared_ptr<H2Connection> self) {
   while (!closed_) {
     if (!Collect()) {
       SetEnd("HTTP/2 session error while sending");

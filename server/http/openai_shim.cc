@@ -183,7 +183,7 @@ class OpenAiShim::Impl final : public HttpRoutes {
     while (true) {
       error_code ec;
       tcp::socket socket = co_await acceptor_.async_accept(
-          loops_.Next(), asio::redirect_error(asio::use_awaitable, ec));
+          loops_.Place(), asio::redirect_error(asio::use_awaitable, ec));
       if (!acceptor_.is_open() || tracker_.stopping()) break;
       if (ec) {
         if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||

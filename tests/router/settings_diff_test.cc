@@ -127,17 +127,20 @@ TEST(SettingsDiffTest, B20_RestartKeysAreSetApart) {
   candidate.tls.key_file = "k.pem";
   candidate.admin.max_watchers = 1;
   candidate.serving.io_threads = 3;
+  candidate.serving.loop_placement = LoopPlacementPolicy::kSpread;
   candidate.serving.max_connections = 10;
   candidate.serving.max_inflight = 10;  // live
   const ConfigChange change = DiffSettings(Fleet(), candidate);
-  EXPECT_EQ(change.restart_keys, (Names{"model", "listen.http", "listen.health",
-                                        "serving.io_threads", "serving.max_connections",
-                                        "admin.max_watchers", "tls.cert_file", "tls.key_file"}));
+  EXPECT_EQ(change.restart_keys,
+            (Names{"model", "listen.http", "listen.health", "serving.io_threads",
+                   "serving.max_connections", "serving.loop_placement", "admin.max_watchers",
+                   "tls.cert_file", "tls.key_file"}));
   EXPECT_EQ(change.changed_keys, (Names{"serving.max_inflight"}));
   EXPECT_TRUE(change.needs_restart());
   EXPECT_EQ(change.RestartRefusal(),
             "needs a restart: model, listen.http, listen.health, serving.io_threads, "
-            "serving.max_connections, admin.max_watchers, tls.cert_file, tls.key_file");
+            "serving.max_connections, serving.loop_placement, admin.max_watchers, tls.cert_file, "
+            "tls.key_file");
   EXPECT_EQ(change.Summary().rfind("needs a restart: model, ", 0), 0u) << change.Summary();
 }
 
@@ -145,9 +148,9 @@ TEST(SettingsDiffTest, RestartTableMatchesKeysAndSections) {
   for (const char* key :
        {"model", "listen.http", "listen.grpc", "listen.admin", "listen.health", "tls.cert_file",
         "tls.key_file", "admin.token_env", "admin.watch_stall_timeout_s", "serving.io_threads",
-        "serving.max_connections", "serving.max_request_bytes", "serving.api_key_env",
-        "serving.max_header_bytes", "serving.max_headers", "serving.header_timeout_s",
-        "serving.keepalive_timeout_s"}) {
+        "serving.loop_placement", "serving.max_connections", "serving.max_request_bytes",
+        "serving.api_key_env", "serving.max_header_bytes", "serving.max_headers",
+        "serving.header_timeout_s", "serving.keepalive_timeout_s"}) {
     EXPECT_TRUE(NeedsRestart(key)) << key;
   }
   for (const char* key :

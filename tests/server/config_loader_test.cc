@@ -115,6 +115,7 @@ void ExpectSettingsEq(const Settings& a, const Settings& b) {
   EXPECT_EQ(a.serving.graceful_timeout_s, b.serving.graceful_timeout_s);
   EXPECT_EQ(a.serving.api_key_env, b.serving.api_key_env);
   EXPECT_EQ(a.serving.io_threads, b.serving.io_threads);
+  EXPECT_EQ(a.serving.loop_placement, b.serving.loop_placement);
   EXPECT_EQ(a.serving.max_connections, b.serving.max_connections);
   EXPECT_EQ(a.serving.max_header_bytes, b.serving.max_header_bytes);
   EXPECT_EQ(a.serving.max_headers, b.serving.max_headers);
@@ -197,6 +198,7 @@ TEST(ConfigDefaults, MinimalConfigYieldsSpecDefaults) {
   EXPECT_EQ(s.serving.graceful_timeout_s, 30.0);
   EXPECT_EQ(s.serving.api_key_env, "");
   EXPECT_EQ(s.serving.io_threads, 0);
+  EXPECT_EQ(s.serving.loop_placement, router::LoopPlacementPolicy::kPack);
   EXPECT_EQ(s.serving.max_connections, 4096);
   EXPECT_EQ(s.serving.max_header_bytes, 65536);
   EXPECT_EQ(s.serving.max_headers, 100);
@@ -273,6 +275,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
   s.engine_contract = router::EngineContract{"v1", "org/model", 4096, "NixlConnector", "fp"};
   s.serving = {3, 100, 50, 25, 7, 0.5, 0.25, 2, 99, 2048, 1.5, "CLIENT_KEY"};
   s.serving.io_threads = 4;
+  s.serving.loop_placement = router::LoopPlacementPolicy::kSpread;
   s.serving.max_connections = 12;
   s.serving.max_header_bytes = 2048;
   s.serving.max_headers = 7;
@@ -297,7 +300,7 @@ TEST(ConfigJson, EveryFieldRoundTrips) {
 TEST(ConfigJson, SettingsToJsonListsEveryKey) {
   const json out = SettingsToJson(MustLoad(MinimalConfig()));
   EXPECT_FALSE(out.contains("engine_contract"));
-  EXPECT_EQ(out["serving"].size(), 18u);
+  EXPECT_EQ(out["serving"].size(), 19u);
   EXPECT_EQ(out["engine"].size(), 7u);
   EXPECT_EQ(out["engine"]["tls"], json::object());  // every key unset
   EXPECT_EQ(out["recovery"].size(), 6u);
@@ -743,8 +746,9 @@ TEST(ConfigEngineUrl, HttpsIsAccepted) {
 TEST(ConfigEngineTls, FilesAreCheckedAtLoadNamingTheKey) {
   json config = MinimalConfig();
   config["engine"] = {{"tls", {{"ca_file", "/nonexistent/engines-ca.pem"}}}};
-  EXPECT_CONTAINS(LoadErrorOf(config),
-                  "engine.tls.ca_file \"/nonexistent/engines-ca.pem\": cannot load a PEM CA bundle");
+  EXPECT_CONTAINS(
+      LoadErrorOf(config),
+      "engine.tls.ca_file \"/nonexistent/engines-ca.pem\": cannot load a PEM CA bundle");
   config["engine"] = {{"tls", {{"key_file", "/k.pem"}}}};
   EXPECT_CONTAINS(LoadErrorOf(config),
                   "engine.tls.cert_file is required with engine.tls.key_file (both or neither)");
@@ -952,6 +956,8 @@ INSTANTIATE_TEST_SUITE_P(
         RangeCase{"LivenessMissesAtLeast1", "recovery", "liveness_misses", 0, "must be >= 1"},
         RangeCase{"RestartPolicyKnown", "recovery", "engine_restart_policy", "wave",
                   "must be one of \"individual\", \"whole_wave\" (got \"wave\")"},
+        RangeCase{"LoopPlacementKnown", "serving", "loop_placement", "balanced",
+                  "must be one of \"pack\", \"spread\" (got \"balanced\")"},
         RangeCase{"MaxModelLenAtLeast1", "engine_contract", "max_model_len", 0,
                   "must be >= 1 (got 0)"},
         RangeCase{"ServingApiKeyEnvIsEnvName", "serving", "api_key_env", "1KEY",
