@@ -222,7 +222,8 @@ absl::Status Server::Parts::OpenFiles() {
     auto context = TlsServerContext::Create(*tls_pem, &registry);
     if (!context.ok()) return Failed(std::string(context.status().message()));
     door_options.tls = std::move(*context);
-    auto grpc_context = TlsServerContext::Create(*tls_pem, nullptr, TlsServerContext::Door::kGrpc);
+    auto grpc_context =
+        TlsServerContext::Create(*tls_pem, &registry, TlsServerContext::Door::kGrpc);
     if (!grpc_context.ok()) return Failed(std::string(grpc_context.status().message()));
     grpc_tls = std::move(*grpc_context);
     LogInfo("narwhal-serve: TLS on the HTTP, gRPC and admin listeners (tls.cert_file " +

@@ -70,9 +70,9 @@ absl::StatusOr<std::shared_ptr<TlsServerContext>> TlsServerContext::Create(
   if (registry != nullptr) {
     counter = &prometheus::BuildCounter()
                    .Name("narwhal_tls_handshake_failures_total")
-                   .Help("Client connections whose TLS handshake failed or timed out (HTTP door)")
+                   .Help("Client connections whose TLS handshake failed or timed out, by door")
                    .Register(*registry)
-                   .Add({});
+                   .Add({{"door", door == Door::kGrpc ? "grpc" : "http"}});
   }
   return std::shared_ptr<TlsServerContext>(new TlsServerContext(std::move(context), counter, door));
 }

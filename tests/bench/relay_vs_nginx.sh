@@ -35,7 +35,8 @@
 # --hold), SAMPLE_S (5), AFTER_S (5), KEEP_SCRATCH (0: the scratch directory
 # and its logs are removed; they are kept when the script fails).
 # IO_THREADS (unset: the router's default, one per core) sets the router's
-# serving.io_threads.
+# serving.io_threads, LOOP_PLACEMENT (unset: pack; or spread) its
+# serving.loop_placement.
 # ROWS (all five: direct direct_decode nginx http grpc) picks the rows to run
 # (with --hold: the doors, http and grpc).
 # Between runs it waits until the decode engine streams nothing.
@@ -185,6 +186,11 @@ d0_port=$(grep -o 'port=[0-9]*' "$scratch/d0.out" | cut -d= -f2)
 
 io_threads_json=""
 [[ -n "${IO_THREADS:-}" ]] && io_threads_json=", \"io_threads\": $IO_THREADS"
+if [[ -n "${LOOP_PLACEMENT:-}" ]]; then
+  [[ "$LOOP_PLACEMENT" == pack || "$LOOP_PLACEMENT" == spread ]] ||
+    { echo "relay_vs_nginx: LOOP_PLACEMENT must be pack or spread" >&2; exit 2; }
+  io_threads_json+=", \"loop_placement\": \"$LOOP_PLACEMENT\""
+fi
 cat >"$scratch/fleet.json" <<JSON
 {"model": "Qwen/Qwen3-0.6B",
  "engines": [

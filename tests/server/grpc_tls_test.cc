@@ -5,11 +5,13 @@
 // serving.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "engines/http/io_loops.h"
 #include "narwhal/v1/inference.grpc.pb.h"
@@ -52,7 +54,7 @@ class GrpcTlsTest : public ::testing::Test {
     fleet_ = std::make_unique<router::Fleet>(settings_, clock_, nullptr);
     router_ =
         std::make_unique<router::Router>(settings_, fake_, *fleet_, clock_, nullptr, nullptr, 7);
-    auto tls = TlsServerContext::Create(*pem, nullptr, TlsServerContext::Door::kGrpc);
+    auto tls = TlsServerContext::Create(*pem, &registry_, TlsServerContext::Door::kGrpc);
     ASSERT_TRUE(tls.ok()) << tls.status();
     tls_ = std::move(*tls);
     door_ = nt::StartGrpcDoor(settings_, *router_, clock_, loops_, "", &port_, tls_.get());
@@ -89,8 +91,22 @@ class GrpcTlsTest : public ::testing::Test {
     return stub.Complete(&ctx, request, response);
   }
 
+  // narwhal_tls_handshake_failures_total{door="grpc"}, or -1 when absent.
+  double HandshakeFailures() {
+    for (const prometheus::MetricFamily& family : registry_.Collect()) {
+      if (family.name != "narwhal_tls_handshake_failures_total") continue;
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        for (const prometheus::ClientMetric::Label& label : metric.label) {
+          if (label.name == "door" && label.value == "grpc") return metric.counter.value;
+        }
+      }
+    }
+    return -1;
+  }
+
   std::string dir_;
   nt::TestCertificate cert_;
+  prometheus::Registry registry_;
   router::Settings settings_;
   engines::IoLoops loops_{2};
   router::RealClock clock_;
@@ -122,6 +138,13 @@ TEST_F(GrpcTlsTest, PlaintextAndUntrustingClientsAreRefused) {
   auto untrusting = Stub(grpc::SslCredentials(other_root));
   EXPECT_EQ(Complete(*untrusting, &response).error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_TRUE(fake_.prefill_calls().empty());
+  // Both failed handshakes are counted (the door counts once the handshake
+  // ended on its side, which may be just after the client gave up).
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (HandshakeFailures() < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(HandshakeFailures(), 2);
 
   auto stub = Stub(Trusting());
   const grpc::Status status = Complete(*stub, &response);

@@ -5,16 +5,15 @@
 // clients that stall their handshake are closed — the stalls within the
 // header timeout — without a journal row, counted, and the door keeps
 // serving.
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <httplib.h>
-#include <nlohmann/json.hpp>
 
 #include "server/net/tls_context.h"
 #include "server/tls_files.h"
@@ -68,7 +67,7 @@ class HttpTlsTest : public HttpDoorTest {
     auto client = TrustingClient();
     auto r = client->Get("/metrics");
     if (!r || r->status != 200) return -1;
-    const std::string name = "\nnarwhal_tls_handshake_failures_total ";
+    const std::string name = "\nnarwhal_tls_handshake_failures_total{door=\"http\"} ";
     const size_t at = r->body.find(name);
     if (at == std::string::npos) return -1;
     return std::stoll(r->body.substr(at + name.size()));
