@@ -37,6 +37,9 @@ GrpcDoorOptions GrpcDoorOptionsFrom(const router::Settings& settings, TlsServerC
   o.connection.max_receive_bytes = static_cast<size_t>(GrpcMaxReceiveBytes(settings));
   o.connection.max_header_bytes = static_cast<size_t>(s.max_header_bytes);
   o.connection.header_timeout = engines::FromSeconds(s.header_timeout_s);
+  // As the HTTP door bounds a body: a second more per 64 KiB received, at
+  // most the request timeout.
+  o.connection.max_request_time = engines::FromSeconds(s.request_timeout_s);
   o.connection.write_timeout = engines::FromSeconds(s.keepalive_timeout_s);
   o.connection.tls = tls;
   return o;

@@ -187,6 +187,7 @@ class ReflectionCall final : public H2CallHandler {
     if (std::shared_ptr<H2Call> call = call_.lock()) call->Finish(0, "");
   }
   void OnCancel() override {}
+  bool StreamsRequests() const override { return true; }
 
  private:
   const ReflectionV1Service& service_;

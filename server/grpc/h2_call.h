@@ -44,6 +44,9 @@ class H2CallHandler {
   virtual void OnCancel() = 0;
   // What was queued fell below the mark after WantWritable().
   virtual void OnWritable() {}
+  // A stream of requests (bidirectional), which the client may keep open:
+  // exempt from the bound on the time a request takes to arrive.
+  virtual bool StreamsRequests() const { return false; }
 };
 
 class H2Call {
@@ -106,6 +109,8 @@ class H2Call {
   std::chrono::system_clock::time_point deadline_ = std::chrono::system_clock::time_point::max();
   std::unique_ptr<GrpcMessageReader> reader_;  // from END_HEADERS
   int64_t held_request_bytes_ = 0;             // counted in the door's total
+  engines::MonoTime began_{};                  // its first HEADERS frame
+  uint64_t received_bytes_ = 0;                // of its request's DATA
   bool half_closed_ = false;                   // the client's END_STREAM came
   bool refused_ = false;                       // answered by the door before any handler
   // Response.
@@ -116,7 +121,7 @@ class H2Call {
   size_t out_pos_ = 0;
   size_t writable_mark_ = 0;
   bool wants_writable_ = false;
-  bool finished_ = false;         // Finish() called
+  bool finished_ = false;  // Finish() called
   std::vector<std::pair<std::string, std::string>> trailers_;
   bool cancelled_ = false;
 };

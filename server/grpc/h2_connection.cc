@@ -4,6 +4,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <cstdio>
 #include <vector>
 
 #include "server/log.h"
@@ -11,6 +12,13 @@
 
 namespace narwhal::server {
 namespace {
+
+// "12.5 s".
+std::string ElapsedText(engines::MonoClock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
 
 // Bytes of frames gathered for one socket write at most.
 constexpr size_t kMaxWriteBytes = 1 << 20;
@@ -314,6 +322,7 @@ void H2Connection::Close() {
   if (closed_) return;
   closed_ = true;
   if (preface_timer_) preface_timer_->Cancel();
+  if (request_timer_) request_timer_->Cancel();
   socket_.Close();
   Wake();
   std::unordered_map<int32_t, std::shared_ptr<H2Call>> calls;
@@ -399,9 +408,59 @@ bool H2Connection::Collect() {
 
 void H2Connection::BeginCall(int32_t stream_id) {
   auto call = std::make_shared<H2Call>(this, stream_id, executor());
+  call->began_ = clock_.Now();
+  ArmRequestTimer(RequestDeadline(*call));
   nghttp2_session_set_stream_user_data(session_, stream_id, call.get());
   calls_[stream_id] = std::move(call);
   if (options_.open_calls != nullptr) options_.open_calls->fetch_add(1);
+}
+
+engines::MonoTime H2Connection::RequestDeadline(const H2Call& call) const {
+  const auto allowance = std::chrono::duration_cast<engines::MonoClock::duration>(
+      std::chrono::duration<double>(static_cast<double>(call.received_bytes_) /
+                                    static_cast<double>(options_.min_request_bytes_per_s)));
+  const engines::MonoClock::duration cap =
+      std::max(options_.header_timeout, options_.max_request_time);
+  return call.began_ + std::min(options_.header_timeout + allowance, cap);
+}
+
+void H2Connection::ArmRequestTimer(engines::MonoTime at) {
+  if (closed_ || at >= request_timer_at_) return;
+  if (!request_timer_) request_timer_ = clock_.NewTimer(executor());
+  request_timer_at_ = at;
+  const unsigned generation = ++request_timer_generation_;
+  request_timer_->AsyncWait(at, [weak = weak_from_this(), generation](bool fired) {
+    std::shared_ptr<H2Connection> c = weak.lock();
+    if (fired && c) c->OnRequestTimer(generation);
+  });
+}
+
+void H2Connection::OnRequestTimer(unsigned generation) {
+  if (generation != request_timer_generation_ || closed_) return;
+  request_timer_at_ = engines::MonoTime::max();
+  const engines::MonoTime now = clock_.Now();
+  engines::MonoTime next = engines::MonoTime::max();
+  std::vector<std::shared_ptr<H2Call>> late;
+  for (const auto& [id, call] : calls_) {
+    const bool sending = !call->half_closed_ && !call->refused_ && !call->finished_ &&
+                         !(call->handler_ && call->handler_->StreamsRequests());
+    if (!sending) continue;
+    const engines::MonoTime deadline = RequestDeadline(*call);
+    if (deadline <= now) {
+      late.push_back(call);
+    } else {
+      next = std::min(next, deadline);
+    }
+  }
+  for (const std::shared_ptr<H2Call>& call : late) {
+    Refuse(*call, /*DEADLINE_EXCEEDED=*/4,
+           "the request did not arrive in time: " + std::to_string(call->received_bytes_) +
+               " bytes in " + ElapsedText(now - call->began_) +
+               " (serving.header_timeout_s, plus a second per " +
+               std::to_string(options_.min_request_bytes_per_s) + " bytes received)");
+    ReleaseRequestBytes(*call);
+  }
+  if (next != engines::MonoTime::max()) ArmRequestTimer(next);
 }
 
 void H2Connection::HeadersDone(H2Call& call) {
@@ -442,6 +501,7 @@ void H2Connection::RequestData(int32_t stream_id, const uint8_t* data, size_t si
   if (it == calls_.end()) return;
   std::shared_ptr<H2Call> call = it->second;
   if (call->refused_ || call->finished_ || call->reader_ == nullptr) return;
+  call->received_bytes_ += size;
   if (options_.request_bytes != nullptr) {
     const int64_t n = static_cast<int64_t>(size);
     if (options_.request_bytes->fetch_add(n) + n > options_.max_request_bytes_held) {

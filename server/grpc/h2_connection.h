@@ -67,8 +67,14 @@ struct H2ConnectionOptions {
   size_t max_header_bytes = 65536;
   // Streams one connection may have open at once.
   uint32_t max_concurrent_streams = 4096;
-  // The handshake and the connection preface must be done within it.
+  // The handshake and the connection preface must be done within it, and a
+  // call's request (its headers, its message and its end) within it plus a
+  // second per min_request_bytes_per_s bytes of it received, at most
+  // max_request_time: else the call ends DEADLINE_EXCEEDED (a bidirectional
+  // stream of requests, reflection's, is exempt).
   engines::MonoClock::duration header_timeout = std::chrono::seconds(10);
+  uint64_t min_request_bytes_per_s = 64 * 1024;
+  engines::MonoClock::duration max_request_time = std::chrono::seconds(600);
   // One socket write must be done within it (else the connection is closed).
   engines::MonoClock::duration write_timeout = std::chrono::seconds(60);
   // Once a drained connection has sent everything: how long its sending
@@ -132,6 +138,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void FrameSent(int32_t stream_id, bool end_stream);
   void Refuse(H2Call& call, int code, std::string_view message);
   void ReleaseRequestBytes(H2Call& call);
+  // The request-arrival bound (H2ConnectionOptions::header_timeout).
+  engines::MonoTime RequestDeadline(const H2Call& call) const;
+  void ArmRequestTimer(engines::MonoTime at);
+  void OnRequestTimer(unsigned generation);
 
   engines::Awaitable<void> WriteLoop(std::shared_ptr<H2Connection> self);
   // Moves what nghttp2 has to send into out_; false on a session error.
@@ -157,6 +167,11 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   bool preface_done_ = false;
   std::string end_;  // why the connection ends, when not the client's close
   std::unique_ptr<engines::Timer> preface_timer_;
+  // Ends calls whose request did not arrive in time; armed for the earliest
+  // such deadline of the calls still sending.
+  std::unique_ptr<engines::Timer> request_timer_;
+  engines::MonoTime request_timer_at_ = engines::MonoTime::max();
+  unsigned request_timer_generation_ = 0;
   // Calls whose queue fell below their mark in the last Collect().
   std::vector<std::weak_ptr<H2Call>> writable_;
 };

@@ -500,5 +500,69 @@ TEST_F(GrpcDoorTest, B13_AClientThatStopsReadingHoldsTheEngineRead) {
   EXPECT_TRUE(final);
 }
 
+// A call must send its request — headers, message, end — within
+// serving.header_timeout_s (plus a second per 64 KiB received): a call that
+// opens and sends nothing is ended DEADLINE_EXCEEDED at the bound, not
+// before, while one that sends late but in time is served.
+TEST_F(GrpcDoorTest, ARequestThatDoesNotArriveInTimeEndsDeadlineExceeded) {
+  Start();
+  const auto open_calls_become = [this](int n) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (door_->open_calls() != n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(1ms);
+    }
+    return door_->open_calls() == n;
+  };
+  {
+    DoorTestGenericCall late(channel_, "/narwhal.v1.Inference/Complete");
+    ASSERT_TRUE(late.started());
+    ASSERT_TRUE(open_calls_become(1));
+    clock_.Advance(9.0);  // under the 10 s bound
+    ASSERT_TRUE(late.Write(DoorTestPrompt().SerializeAsString()));
+    ASSERT_TRUE(late.WritesDone());
+    std::string bytes;
+    EXPECT_TRUE(late.Read(&bytes));
+    const grpc::Status status = late.Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  ASSERT_TRUE(open_calls_become(0));
+
+  DoorTestGenericCall silent(channel_, "/narwhal.v1.Inference/Complete");
+  ASSERT_TRUE(silent.started());
+  ASSERT_TRUE(open_calls_become(1));
+  clock_.Advance(2.0);  // 2 s into its bound (the first call's 10 s passed)
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(door_->open_calls(), 1);
+  clock_.Advance(8.5);
+  const grpc::Status status = silent.Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_NE(status.error_message().find("did not arrive in time"), std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(fake_->prefill_calls().size(), 1u);
+  EXPECT_TRUE(open_calls_become(0));
+}
+
+// A reflection stream (bidirectional) may stay open past that bound: a tool
+// asks, waits, asks again on one stream.
+TEST_F(GrpcDoorTest, AReflectionStreamMayStayOpenPastTheRequestBound) {
+  Start();
+  refl::ServerReflectionRequest request;
+  request.set_list_services("");
+  auto stub = refl::ServerReflection::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  ASSERT_TRUE(stream->Write(request));
+  refl::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  clock_.Advance(30.0);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_FALSE(DoorTestServiceNames(response).empty());
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 }  // namespace
 }  // namespace narwhal::server
