@@ -1,6 +1,7 @@
 #include "engines/http/loop_placement.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace narwhal::engines {
@@ -12,12 +13,18 @@ LoopPlacement::LoopPlacement(int loops, LoopPlacementOptions options)
 
 void LoopPlacement::Sample(int64_t now_ns, const std::vector<int64_t>& cpu) {
   const int64_t wall = now_ns - sampled_at_ns_;
+  // The weight of this window in the average: 1 - e^(-wall / smoothing).
+  const double weight = options_.smoothing.count() <= 0
+                            ? 1.0
+                            : 1.0 - std::exp(-static_cast<double>(wall) /
+                                             static_cast<double>(options_.smoothing.count()));
   for (size_t i = 0; i < loops_.size(); ++i) {
     Loop& loop = loops_[i];
     // The first sample only sets the baseline: no load is known yet.
-    loop.busy = sampled_ && wall > 0
-                    ? std::clamp(static_cast<double>(cpu[i] - loop.cpu_ns) / wall, 0.0, 1.0)
-                    : 0.0;
+    if (sampled_ && wall > 0) {
+      const double window = std::clamp(static_cast<double>(cpu[i] - loop.cpu_ns) / wall, 0.0, 1.0);
+      loop.busy += weight * (window - loop.busy);
+    }
     loop.cpu_ns = cpu[i];
     loop.placed = 0;
   }

@@ -7,17 +7,19 @@
 // cost 18% more router CPU per frame than one loop carrying the same streams
 // (tests/bench/relay_vs_nginx.sh; README "Performance"). So by default
 // (kPack) connections fill the loops in order: the first loop whose thread
-// was busy under `busy_mark` of its time over the last sample window takes
-// the connection, and only when every loop is over the mark does the least
-// busy one take it. A loop that took `burst` connections within one window
-// takes no more in it (a burst of connections arrives faster than their
-// load shows), so a burst spreads while load is still unknown. kSpread is
-// round robin.
+// was busy under `busy_mark` of its time takes the connection, and only when
+// every loop is over the mark does the least busy one take it. A loop's load
+// is its busy fraction smoothed over about `smoothing` (an exponential
+// average of the sample windows), so the burst of work when many streams
+// start at once does not push connections onto another loop, while a load
+// that stays over the mark does within about a second. A loop that took `burst` connections within
+// one window takes no more in it (a burst of connections arrives faster than their load shows), so
+// a burst spreads while load is still unknown. kSpread is round robin.
 //
 // Loads are measured from each loop thread's CPU time, read at the moment of
-// a placement (no timer): the busy fraction of a window is its CPU time over
-// its wall time. Pure logic: the caller passes the time and the CPU clocks,
-// so tests drive it with numbers alone.
+// a placement once a window has passed (no timer): the busy fraction of a
+// window is its CPU time over its wall time. Pure logic: the caller passes the time and the CPU
+// clocks, so tests drive it with numbers alone.
 //
 // Not thread-safe: IoLoops calls it under a mutex.
 #ifndef NARWHAL_ENGINES_HTTP_LOOP_PLACEMENT_H_
@@ -34,8 +36,9 @@ enum class Placement { kPack, kSpread };
 struct LoopPlacementOptions {
   Placement policy = Placement::kPack;
   double busy_mark = 0.5;  // of a loop thread's time, over a window
-  int burst = 32;          // connections one loop takes within one window
+  int burst = 128;         // connections one loop takes within one window
   std::chrono::nanoseconds window = std::chrono::milliseconds(100);
+  std::chrono::nanoseconds smoothing = std::chrono::seconds(1);  // time constant
 };
 
 class LoopPlacement {
@@ -56,7 +59,7 @@ class LoopPlacement {
     return Pack();
   }
 
-  // The busy fraction of loop `i` over the last complete window.
+  // The smoothed busy fraction of loop `i`, as of the last sample.
   double busy(int i) const { return loops_[i].busy; }
 
  private:

@@ -34,26 +34,27 @@ struct PlacementRig {
 TEST(LoopPlacementTest, IdleLoopsFillInOrder) {
   PlacementRig rig(2);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(rig.Pick(), 0) << i;
-  rig.Pass(100, {30, 0});  // 30% busy: under the mark
+  rig.Pass(10'000, {3'000, 0});  // 30% busy: under the mark
   for (int i = 0; i < 10; ++i) EXPECT_EQ(rig.Pick(), 0) << i;
-  EXPECT_DOUBLE_EQ(rig.placement.busy(0), 0.3);
+  EXPECT_NEAR(rig.placement.busy(0), 0.3, 1e-3);
 }
 
 TEST(LoopPlacementTest, ALoopOverTheMarkTakesNoNewConnectionWhileAnotherIsUnder) {
   PlacementRig rig(3);
   EXPECT_EQ(rig.Pick(), 0);  // baseline sample
-  rig.Pass(100, {60, 10, 0});
+  // Spans of five seconds: the smoothed load is (nearly) the span's.
+  rig.Pass(5'000, {3'000, 500, 0});
   EXPECT_EQ(rig.Pick(), 1);
-  rig.Pass(100, {60, 55, 0});
+  rig.Pass(5'000, {3'000, 2'750, 0});
   EXPECT_EQ(rig.Pick(), 2);
-  rig.Pass(100, {20, 55, 70});  // the first loop calmed down: it is first again
+  rig.Pass(5'000, {1'000, 2'750, 3'500});  // the first loop calmed down: it is first again
   EXPECT_EQ(rig.Pick(), 0);
 }
 
 TEST(LoopPlacementTest, WhenEveryLoopIsOverTheMarkTheLeastBusyTakesIt) {
   PlacementRig rig(3);
   rig.Pick();
-  rig.Pass(100, {90, 70, 80});
+  rig.Pass(5'000, {4'500, 3'500, 4'000});
   EXPECT_EQ(rig.Pick(), 1);
   EXPECT_EQ(rig.Pick(), 1);
 }
@@ -95,7 +96,30 @@ TEST(LoopPlacementTest, ALongQuietSpellMeasuresTheAverageOverIt) {
   rig.Pick();
   rig.Pass(10'000, {6'000, 0});  // 60% over ten seconds
   EXPECT_EQ(rig.Pick(), 1);
-  EXPECT_DOUBLE_EQ(rig.placement.busy(0), 0.6);
+  EXPECT_NEAR(rig.placement.busy(0), 0.6, 1e-3);
+}
+
+// Many streams starting at once make a loop briefly busy: one hot window
+// does not move connections, a load that stays over the mark does within a
+// second.
+TEST(LoopPlacementTest, AShortSpikeDoesNotSpillButASustainedLoadDoes) {
+  PlacementRig rig(2);
+  rig.Pick();
+  for (int i = 0; i < 20; ++i) {
+    rig.Pass(100, {30, 0});
+    EXPECT_EQ(rig.Pick(), 0);
+  }
+  rig.Pass(100, {95, 0});  // one window at 95%
+  EXPECT_EQ(rig.Pick(), 0);
+  EXPECT_LT(rig.placement.busy(0), 0.5);
+  std::vector<int> picks;
+  for (int i = 0; i < 10; ++i) {  // a second at 80%
+    rig.Pass(100, {80, 0});
+    picks.push_back(rig.Pick());
+  }
+  EXPECT_EQ(picks.front(), 0);
+  EXPECT_EQ(picks.back(), 1);
+  EXPECT_GT(rig.placement.busy(0), 0.5);
 }
 
 TEST(LoopPlacementTest, SpreadTakesTurns) {
