@@ -41,13 +41,11 @@ int LoopPlacement::Pack() {
   }
   // Else the least busy loop with room; else (every loop took its burst)
   // the one that took the fewest.
-  for (size_t i = 0; i < loops_.size() && chosen < 0; ++i) {
-    if (!open(loops_[i])) continue;
-    chosen = static_cast<int>(i);
-    for (size_t j = i + 1; j < loops_.size(); ++j) {
-      if (open(loops_[j]) && loops_[j].busy < loops_[static_cast<size_t>(chosen)].busy) {
-        chosen = static_cast<int>(j);
-      }
+  const bool any_under_mark = chosen >= 0;
+  for (size_t i = 0; i < loops_.size() && !any_under_mark; ++i) {
+    if (open(loops_[i]) &&
+        (chosen < 0 || loops_[i].busy < loops_[static_cast<size_t>(chosen)].busy)) {
+      chosen = static_cast<int>(i);
     }
   }
   if (chosen < 0) {
